@@ -1,0 +1,7 @@
+"""``python -m simbatch`` runs the command line."""
+
+import sys
+
+from simbatch.cli import main
+
+sys.exit(main())

@@ -1,0 +1,97 @@
+"""The public Python API: run a scenario, compare policies, get tables back.
+
+>>> from simbatch import load_scenario, run
+>>> out = run(load_scenario("scenarios/classroom.yaml"))
+>>> out.summary["completed"]
+4
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from simbatch import __version__
+from simbatch.engine.simulation import RunResult, simulate
+from simbatch.metrics import comparison_table, request_table, steps_table, summarize
+from simbatch.report import write_comparison, write_run
+from simbatch.scenario import Scenario, load_scenario
+
+POLICY_ORDER = ("static", "dynamic", "continuous", "chunked_prefill")
+
+
+@dataclass
+class RunOutput:
+    """A finished run: the raw result, its summary (``summary.json``) and tables."""
+
+    result: RunResult
+    summary: dict
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+
+    @property
+    def messages(self) -> list[str]:
+        """Remarks the run made (cut batches, rejected requests, sorted traces...)."""
+        return self.result.log.messages
+
+    def write(self, out_dir: str | Path) -> None:
+        """Write ``summary.json``, ``requests.csv``, ``steps.csv`` and ``run.log`` (all or nothing)."""
+        write_run(Path(out_dir), self.summary, self.requests, self.steps, self.messages)
+
+
+def describe_run(result: RunResult) -> dict:
+    """What ran: policy, model, hardware and cost model, for ``summary.json``."""
+    sc, model, gpu = result.scenario, result.model, result.gpu
+    return {
+        "scenario": sc.name,
+        "seed": sc.seed,
+        "simbatch_version": __version__,
+        "policy": {"kind": sc.data["policy"]["kind"], **dataclasses.asdict(result.policy_params)},
+        "model": {"name": model.name, "num_params": model.num_params,
+                  "kv_bytes_per_token": model.kv_bytes_per_token},
+        "hardware": {"name": gpu.name, "replicas": sc.cluster.replicas,
+                     "tensor_parallel": sc.cluster.tensor_parallel,
+                     "kv_blocks_per_replica": result.log.kv_capacity_blocks[0],
+                     "kv_block_size": sc.kv_cache.block_size, "kv_mode": sc.kv_cache.mode},
+        "cost_model": result.cost_model.describe(),
+        "workload": {"source": result.workload.source, "num_requests": len(result.workload)},
+    }
+
+
+def run(scenario: Scenario) -> RunOutput:
+    """Simulate ``scenario`` and compute its metrics."""
+    result = simulate(scenario)
+    tp = scenario.cluster.tensor_parallel
+    summary = summarize(result.log, result.workload, slo=scenario.slo.as_dict() or None,
+                        peak_flops=result.gpu.peak_flops, peak_bandwidth=result.gpu.hbm_bandwidth,
+                        gpus_per_replica=tp)
+    summary.update(describe_run(result))
+    return RunOutput(result, summary, request_table(result.log, result.workload),
+                     steps_table(result.log))
+
+
+def compare(scenario: Scenario, policies: list[str] | None = None) -> tuple[dict[str, RunOutput], pd.DataFrame]:
+    """Run the same workload under each policy; return the runs and one comparison table.
+
+    Each policy takes its parameters from the scenario's ``policies.<kind>``
+    section, or from ``policy`` when that is the same kind, else its defaults.
+    """
+    runs = {kind: run(scenario.with_policy(kind)) for kind in (policies or POLICY_ORDER)}
+    return runs, comparison_table({k: r.summary for k, r in runs.items()})
+
+
+def write_compare(out_dir: str | Path, runs: dict[str, RunOutput], table: pd.DataFrame) -> None:
+    """Write ``comparison.csv``, the comparison plot, and each run under ``out_dir/<policy>/``."""
+    from simbatch.report import plot_comparison
+
+    out_dir = Path(out_dir)
+    for kind, out in runs.items():
+        out.write(out_dir / kind)
+    write_comparison(out_dir, table)
+    plot_comparison({k: r.summary for k, r in runs.items()}, out_dir / "comparison.png")
+
+
+__all__ = ["RunOutput", "compare", "load_scenario", "run", "write_compare", "POLICY_ORDER"]

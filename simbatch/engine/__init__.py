@@ -1,0 +1,1 @@
+"""The SimPy engine: replicas stepping policies over a backend (see ``simulation.simulate``)."""

@@ -1,0 +1,114 @@
+"""One replica (a GPU, or a tensor-parallel group) as a SimPy process.
+
+Each iteration is nano-vllm's three verbs: the policy *schedules* a step plan,
+the backend *runs* it (here: returns its duration, and SimPy time advances by
+it, one event per step, never one per token), and the engine *postprocesses*:
+tokens are emitted, finished requests retired, and everything is appended to
+the event log.
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from simbatch.costmodel.base import CostModel
+from simbatch.eventlog import EventLog
+from simbatch.plan import StepPlan
+from simbatch.policies.base import Policy
+from simbatch.sequence import FINISHED, Sequence
+
+
+class Replica:
+    """Runs one policy over one backend, recording into a shared :class:`EventLog`."""
+
+    def __init__(self, env: simpy.Environment, index: int, policy: Policy,
+                 backend: CostModel, log: EventLog, seqs: list[Sequence | None]):
+        self.env = env
+        self.index = index
+        self.policy = policy
+        self.backend = backend
+        self.log = log
+        self.seqs = seqs  # shared id -> Sequence table, filled by the dispatcher
+        self.wakeup = env.event()
+        self.busy = False
+        log.kv_capacity_blocks[index] = policy.kv.num_blocks
+        self.process = env.process(self.run())
+
+    def submit(self, seq: Sequence) -> None:
+        """Queue an arriving request and wake the replica if it is idle."""
+        self.policy.add(seq, self.env.now)
+        if not self.wakeup.triggered:
+            self.wakeup.succeed()
+
+    def run(self):
+        """The engine loop: schedule, run, postprocess; sleep when there is nothing to do."""
+        env, policy = self.env, self.policy
+        while True:
+            start = env.now
+            plan = policy.schedule(start)
+            if plan is None:
+                yield from self.idle(policy.wake_at())
+                continue
+            num_waiting = policy.num_waiting
+            cost = self.backend.step_cost(plan)
+            yield env.timeout(cost.seconds)
+            finished = self.postprocess(plan, start, cost, num_waiting)
+            policy.on_step_done(plan, finished, env.now)
+
+    def idle(self, wake_at: float | None):
+        """Sleep until a request arrives or the policy's timer fires."""
+        self.wakeup = self.env.event()
+        events = [self.wakeup]
+        if wake_at is not None:
+            events.append(self.env.timeout(max(0.0, wake_at - self.env.now)))
+        yield self.env.any_of(events)
+
+    def postprocess(self, plan: StepPlan, start: float, cost, num_waiting: int) -> list[Sequence]:
+        """Apply a finished step: computed tokens, emitted tokens, finished requests, the log."""
+        log, end = self.log, self.env.now
+        step = log.record_step(
+            replica=self.index, start_s=start, duration_s=cost.seconds,
+            num_seqs=plan.num_seqs, num_slots=plan.num_slots,
+            prefill_tokens=plan.num_prefill_tokens, decode_tokens=plan.num_decode_tokens,
+            padded_tokens=plan.num_padded_tokens, kv_used_blocks=self.policy.kv.num_used,
+            num_waiting=num_waiting, useful_flops=cost.useful_flops, useful_bytes=cost.useful_bytes,
+        )
+        finished = []
+        seqs, first_scheduled = self.seqs, log.first_scheduled_s
+        for rid, n in zip(plan.request_ids, plan.num_new_tokens):
+            if rid < 0:
+                continue
+            seq = seqs[rid]
+            if seq.num_computed == 0 and seq.num_preemptions == 0 and seq.num_generated == 0:
+                first_scheduled[rid] = start
+            seq.num_computed += n
+            if seq.num_computed == seq.num_tokens:
+                self.emit(seq, step, end)
+                if seq.status == FINISHED:
+                    finished.append(seq)
+        return finished
+
+    def emit(self, seq: Sequence, step: int, end: float) -> None:
+        """``seq`` produced an output token at the end of replica step ``step``."""
+        if seq.run_last == step - 1:
+            seq.run_last = step
+        else:
+            self.close_run(seq)
+            seq.run_first = seq.run_last = step
+        if seq.num_generated == 0:
+            self.log.first_token_s[seq.id] = end
+        seq.num_generated += 1
+        if seq.num_generated == seq.output_tokens:
+            seq.status = FINISHED
+            self.close_run(seq)
+            self.log.finish_s[seq.id] = end
+            self.log.num_emitted[seq.id] = seq.num_generated
+            self.log.num_preemptions[seq.id] = seq.num_preemptions
+        else:
+            seq.num_tokens += 1
+
+    def close_run(self, seq: Sequence) -> None:
+        """Write ``seq``'s current token run to the log, if it has one."""
+        if seq.run_first >= 0:
+            self.log.record_token_run(seq.id, self.index, seq.run_first, seq.run_last)
+            seq.run_first, seq.run_last = -1, -2

@@ -1,0 +1,22 @@
+"""User-facing errors.
+
+Every mistake a user can make (bad file, bad field, impossible request) is raised
+as a :class:`SimbatchError` whose message is one line naming the place and the
+cause. The CLI prints it and exits non-zero, without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class SimbatchError(Exception):
+    """A user error: one line, ``<where>: <cause>``."""
+
+    def __init__(self, where: str, cause: str):
+        self.where = str(where)
+        self.cause = cause
+        super().__init__(f"{self.where}: {cause}" if self.where else cause)
+
+
+def fail(where: str, cause: str) -> None:
+    """Raise a :class:`SimbatchError` (a terse helper for validation code)."""
+    raise SimbatchError(where, cause)

@@ -1,0 +1,92 @@
+"""The event log: everything a run did, recorded by the engine, read by metrics.
+
+The engine only appends; every statistic is computed afterwards (SimPy's
+monitoring idea). Per-token times are not stored one by one: a request that
+emits a token at the end of each of its replica's steps ``first..last`` is
+recorded as one *token run* ``(request, replica, first, last)``, where step
+numbers count that replica's steps from 0. A decoding request usually emits at
+every step, so runs are long and few, and memory stays per-request rather than
+per-token.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class EventLog:
+    """Append-only record of one run (per-request arrays, per-step columns, token runs)."""
+
+    STEP_COLUMNS = (
+        "replica",  # replica index
+        "start_s",  # step start (simulated seconds)
+        "duration_s",  # step wall time from the backend
+        "num_seqs",  # live requests in the batch
+        "num_slots",  # rows computed, padding-only rows included
+        "prefill_tokens",  # kept tokens in prefill chunks
+        "decode_tokens",  # kept tokens in decode slots
+        "padded_tokens",  # tokens computed and thrown away
+        "kv_used_blocks",  # KV blocks held after the step's allocation
+        "num_waiting",  # requests queued at the replica when the step started
+        "useful_flops",  # FLOPs on kept tokens, per GPU
+        "useful_bytes",  # bytes moved for kept tokens, per GPU
+    )
+
+    def __init__(self, num_requests: int, num_replicas: int = 1):
+        n = num_requests
+        self.num_requests = n
+        self.num_replicas = num_replicas
+        self.arrival_s = np.full(n, np.nan)
+        self.first_scheduled_s = np.full(n, np.nan)
+        self.first_token_s = np.full(n, np.nan)
+        self.finish_s = np.full(n, np.nan)
+        self.num_emitted = np.zeros(n, dtype=np.int64)
+        self.num_preemptions = np.zeros(n, dtype=np.int64)
+        self.replica = np.full(n, -1, dtype=np.int64)
+        self.steps: dict[str, list] = {c: [] for c in self.STEP_COLUMNS}
+        self.replica_num_steps = [0] * num_replicas
+        self.run_request: list[int] = []
+        self.run_replica: list[int] = []
+        self.run_first: list[int] = []
+        self.run_last: list[int] = []
+        self.kv_capacity_blocks = [0] * num_replicas
+        self.messages: list[str] = []  # notable things said during the run
+
+    def record_step(self, **values) -> int:
+        """Append one step (all :attr:`STEP_COLUMNS`); return its number on its replica."""
+        steps = self.steps
+        for c in self.STEP_COLUMNS:
+            steps[c].append(values[c])
+        r = values["replica"]
+        k = self.replica_num_steps[r]
+        self.replica_num_steps[r] = k + 1
+        return k
+
+    def record_token_run(self, request: int, replica: int, first: int, last: int) -> None:
+        """Request ``request`` emitted one token at the end of each of ``replica``'s steps ``first..last``."""
+        self.run_request.append(request)
+        self.run_replica.append(replica)
+        self.run_first.append(first)
+        self.run_last.append(last)
+
+    def note(self, message: str) -> None:
+        """Keep a one-line remark for the run's log (e.g. why a batch was cut short)."""
+        self.messages.append(message)
+
+    def step_table(self) -> dict[str, np.ndarray]:
+        """Per-step columns as numpy arrays (in recording order)."""
+        return {c: np.asarray(v) for c, v in self.steps.items()}
+
+    def token_times(self) -> list[np.ndarray]:
+        """Per request, the times its tokens were emitted (sorted), rebuilt from the runs."""
+        table = self.step_table()
+        ends = table["start_s"] + table["duration_s"] if len(table["start_s"]) else np.zeros(0)
+        rows_by_replica = [np.flatnonzero(table["replica"] == r) for r in range(self.num_replicas)]
+        ends_by_replica = [ends[rows] for rows in rows_by_replica]
+        pieces: list[list[np.ndarray]] = [[] for _ in range(self.num_requests)]
+        for req, rep, a, b in zip(self.run_request, self.run_replica, self.run_first, self.run_last):
+            pieces[req].append(ends_by_replica[rep][a : b + 1])
+        out = []
+        for p in pieces:
+            out.append(np.sort(np.concatenate(p)) if p else np.zeros(0))
+        return out

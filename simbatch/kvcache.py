@@ -1,0 +1,73 @@
+"""KV-cache memory: capacity in blocks and the block accounting policies use.
+
+Capacity follows vLLM: what is left of ``gpu_memory_utilization`` x GPU memory
+after the weights, divided by the bytes of one block (``block_size`` tokens x
+KV bytes per token). Activation memory is not subtracted (vLLM profiles it; it
+is small beside the KV cache for these models) — a documented simplification.
+
+Two reservation modes:
+- ``paged``: blocks are taken as tokens are computed (vLLM);
+- ``max_length``: prompt + full output is reserved when a request is admitted
+  (Orca / FasterTransformer), so a running request never needs another block.
+"""
+
+from __future__ import annotations
+
+from simbatch.errors import SimbatchError
+from simbatch.sequence import Sequence
+
+KV_MODES = ("paged", "max_length")
+
+
+def kv_capacity_blocks(*, gpu_memory_bytes: float, weight_bytes: float, kv_bytes_per_token: float,
+                       tensor_parallel: int, block_size: int,
+                       gpu_memory_utilization: float) -> int:
+    """KV blocks one replica can hold (weights and KV split evenly over ``tensor_parallel`` GPUs)."""
+    budget = gpu_memory_bytes * gpu_memory_utilization - weight_bytes / tensor_parallel
+    per_block = block_size * kv_bytes_per_token / tensor_parallel
+    return max(0, int(budget // per_block))
+
+
+class KVCache:
+    """Block accounting for one replica (counts only: which block holds what is not needed yet)."""
+
+    def __init__(self, num_blocks: int, block_size: int = 16, mode: str = "paged"):
+        if mode not in KV_MODES:
+            raise SimbatchError("kv_cache.mode", f"unknown mode {mode!r}; allowed: {', '.join(KV_MODES)}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.mode = mode
+        self.num_used = 0
+
+    @property
+    def num_free(self) -> int:
+        """Blocks not held by any request."""
+        return self.num_blocks - self.num_used
+
+    def blocks_for(self, num_tokens: int) -> int:
+        """Blocks that hold ``num_tokens`` tokens."""
+        return -(-num_tokens // self.block_size)
+
+    def blocks_needed(self, seq: Sequence, num_new: int) -> int:
+        """Extra blocks ``seq`` needs to compute ``num_new`` more tokens (0 when already reserved)."""
+        if self.mode == "max_length":
+            target = self.blocks_for(seq.max_total_tokens)
+        else:
+            target = self.blocks_for(seq.num_computed + num_new)
+        return max(0, target - seq.num_blocks)
+
+    def can_allocate(self, num_blocks: int, reserve: int = 0) -> bool:
+        """Whether ``num_blocks`` are free while keeping ``reserve`` blocks spare."""
+        return num_blocks + reserve <= self.num_blocks - self.num_used
+
+    def allocate(self, seq: Sequence, num_blocks: int) -> None:
+        """Give ``seq`` ``num_blocks`` more blocks (caller checked :meth:`can_allocate`)."""
+        if num_blocks > self.num_blocks - self.num_used:
+            raise RuntimeError(f"KV over-allocation: {num_blocks} > {self.num_free} free")
+        self.num_used += num_blocks
+        seq.num_blocks += num_blocks
+
+    def free(self, seq: Sequence) -> None:
+        """Return every block ``seq`` holds."""
+        self.num_used -= seq.num_blocks
+        seq.num_blocks = 0

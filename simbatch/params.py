@@ -1,0 +1,77 @@
+"""Typed parameter sections: a dict from YAML becomes a checked dataclass.
+
+Every section of a scenario that holds knobs (a policy, the KV cache, the
+cluster) is a small dataclass; :func:`parse_params` fills one from a dict and
+turns every mistake into a one-line :class:`SimbatchError` naming the field and
+what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+from simbatch.errors import SimbatchError
+
+
+def _coerce(value, typ, where: str):
+    """Check ``value`` against a simple annotation (int, float, bool, str, list[int], Optional)."""
+    origin = typing.get_origin(typ)
+    args = typing.get_args(typ)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0], where)
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise SimbatchError(where, f"expected a list, got {value!r}")
+        items = [_coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if typ is bool:
+        if not isinstance(value, bool):
+            raise SimbatchError(where, f"expected true or false, got {value!r}")
+        return value
+    if typ is int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+            raise SimbatchError(where, f"expected an integer, got {value!r}")
+        return int(value)
+    if typ is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SimbatchError(where, f"expected a number, got {value!r}")
+        return float(value)
+    if typ is str:
+        if not isinstance(value, str):
+            raise SimbatchError(where, f"expected a string, got {value!r}")
+        return value
+    return value
+
+
+def parse_params(cls, values: dict | None, where: str, ignore: tuple[str, ...] = ()):
+    """Build dataclass ``cls`` from ``values``; unknown keys and bad types are user errors.
+
+    ``cls.__post_init__`` may raise :class:`ValueError` with ``"field: cause"``;
+    it is reported at ``where.field``.
+    """
+    values = dict(values or {})
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in values.items():
+        if key in ignore:
+            continue
+        if key not in names:
+            allowed = ", ".join(names) or "(none)"
+            raise SimbatchError(f"{where}.{key}", f"unknown field; allowed: {allowed}")
+        kwargs[key] = _coerce(value, hints[key], f"{where}.{key}")
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        field, _, cause = str(exc).partition(": ")
+        raise SimbatchError(f"{where}.{field}", cause or str(exc)) from None
+
+
+def require(condition: bool, field: str, cause: str) -> None:
+    """For ``__post_init__`` checks: raise ``ValueError("field: cause")`` unless ``condition``."""
+    if not condition:
+        raise ValueError(f"{field}: {cause}")

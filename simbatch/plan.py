@@ -1,0 +1,76 @@
+"""The step plan: the contract between batching policies and backends.
+
+A policy decides *what* one engine step computes; a backend (the cost model, or
+a real model in a later backend) decides *how long* it takes. The plan holds
+only what a real engine would need to execute the step, nothing about the
+simulator.
+
+A plan is a list of slots, column-wise. Slot ``i`` belongs to request
+``request_ids[i]`` (``-1`` for a padding-only slot, e.g. a finished request's
+row in a static batch), computes ``num_new_tokens[i]`` new tokens whose results
+are kept, attends to ``num_context_tokens[i]`` tokens already in its KV cache,
+and computes ``num_pad_tokens[i]`` extra tokens that are thrown away (padding
+to the batch's longest prompt). By convention the first ``num_decode_slots``
+slots are decode slots (one new or padded token each); the rest are prefill
+chunks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """What one engine step computes (see the module docstring for the layout)."""
+
+    request_ids: list[int]
+    num_new_tokens: list[int]
+    num_context_tokens: list[int]
+    num_pad_tokens: list[int] | None = None  # None: no padding in this step
+    num_decode_slots: int = 0
+
+    def __post_init__(self) -> None:
+        n = len(self.request_ids)
+        if len(self.num_new_tokens) != n or len(self.num_context_tokens) != n:
+            raise ValueError("StepPlan columns differ in length")
+        if self.num_pad_tokens is not None and len(self.num_pad_tokens) != n:
+            raise ValueError("StepPlan num_pad_tokens differs in length")
+        if not 0 <= self.num_decode_slots <= n:
+            raise ValueError("StepPlan num_decode_slots out of range")
+
+    @property
+    def num_slots(self) -> int:
+        """Rows in the batch, padding slots included."""
+        return len(self.request_ids)
+
+    @property
+    def num_seqs(self) -> int:
+        """Live requests in the batch (padding-only slots excluded)."""
+        return sum(1 for r in self.request_ids if r >= 0)
+
+    @property
+    def num_padded_tokens(self) -> int:
+        """Tokens computed and discarded."""
+        return sum(self.num_pad_tokens) if self.num_pad_tokens is not None else 0
+
+    @property
+    def num_decode_tokens(self) -> int:
+        """Kept tokens computed in decode slots."""
+        return sum(self.num_new_tokens[: self.num_decode_slots])
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        """Kept tokens computed in prefill slots."""
+        return sum(self.num_new_tokens[self.num_decode_slots :])
+
+    @property
+    def num_batched_tokens(self) -> int:
+        """Every token the step computes, padding included."""
+        return sum(self.num_new_tokens) + self.num_padded_tokens
+
+    def query_lengths(self) -> list[int]:
+        """Per slot, the tokens the kernels compute (kept + padded)."""
+        if self.num_pad_tokens is None:
+            return list(self.num_new_tokens)
+        return [n + p for n, p in zip(self.num_new_tokens, self.num_pad_tokens)]

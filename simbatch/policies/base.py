@@ -1,0 +1,55 @@
+"""What every batching policy is: a waiting queue, a KV cache and a ``schedule`` verb.
+
+The engine drives a policy with three calls (nano-vllm's schedule / run /
+postprocess): :meth:`Policy.add` when a request arrives, :meth:`Policy.schedule`
+for the next step plan, :meth:`Policy.on_step_done` with the requests that
+finished. A policy never knows whether its plan is priced by a cost model or
+executed on a real model.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable, ClassVar
+
+from simbatch.kvcache import KVCache
+from simbatch.plan import StepPlan
+from simbatch.sequence import Sequence
+
+
+class Policy:
+    """Base class: holds the waiting queue, the KV cache and a note-taker for the run log."""
+
+    kind: ClassVar[str] = ""
+    Params: ClassVar[type]
+
+    def __init__(self, params, kv: KVCache, note: Callable[[str], None] = lambda m: None):
+        self.params = params
+        self.kv = kv
+        self.note = note
+        self.waiting: deque[Sequence] = deque()
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests queued and not yet running."""
+        return len(self.waiting)
+
+    def add(self, seq: Sequence, now: float) -> None:
+        """A request arrives (FCFS queue)."""
+        self.waiting.append(seq)
+
+    def max_request_tokens(self) -> int | None:
+        """Longest prompt + output this policy can ever serve (None: no limit)."""
+        return None
+
+    def schedule(self, now: float) -> StepPlan | None:
+        """The next step's plan, or None to idle until an arrival or :meth:`wake_at`."""
+        raise NotImplementedError
+
+    def wake_at(self) -> float | None:
+        """When idle, the time a timer should wake the engine (None: only an arrival)."""
+        return None
+
+    def on_step_done(self, plan: StepPlan, finished: list[Sequence], now: float) -> None:
+        """Retire finished requests after a step (free their KV as the policy's rules say)."""
+        raise NotImplementedError

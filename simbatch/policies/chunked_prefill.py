@@ -1,0 +1,100 @@
+"""Chunked prefill: stall-free batching (Sarathi-Serve, vLLM's chunked prefill).
+
+Each step has a token budget (``max_num_batched_tokens``). Running decodes are
+scheduled first, one token each, so a long prompt never stalls them; what is
+left of the budget goes to prefill chunks of at most ``chunk_size`` tokens —
+first requests whose prefill is under way, then new ones from the queue, while
+``max_num_seqs`` and KV memory allow. Without an explicit budget the budget is
+``chunk_size`` (Sarathi-Serve's "token budget" is its chunk size).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simbatch.params import require
+from simbatch.plan import StepPlan
+from simbatch.policies.iteration import IterationPolicy
+from simbatch.sequence import RUNNING, Sequence
+
+
+@dataclass(frozen=True)
+class ChunkedPrefillParams:
+    """vLLM's knob names; the budget defaults to ``chunk_size``."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    chunk_size: int = 512
+    watermark: float = 0.01
+
+    def __post_init__(self):
+        require(self.max_num_seqs >= 1, "max_num_seqs", "must be >= 1")
+        require(self.chunk_size >= 1, "chunk_size", "must be >= 1")
+        require(0 <= self.watermark < 1, "watermark", "must be in [0, 1)")
+        if self.max_num_batched_tokens is None:
+            object.__setattr__(self, "max_num_batched_tokens", self.chunk_size)
+        require(self.max_num_batched_tokens >= 1, "max_num_batched_tokens", "must be >= 1")
+
+    @property
+    def budget(self) -> int:
+        """Tokens one step may compute."""
+        return int(self.max_num_batched_tokens)
+
+
+class ChunkedPrefillPolicy(IterationPolicy):
+    """Decodes first, then prefill chunks, never more than the step's token budget."""
+
+    kind = "chunked_prefill"
+    Params = ChunkedPrefillParams
+
+    def schedule(self, now: float) -> StepPlan | None:
+        budget = self.params.budget
+        decodes, budget = self.take_running(budget, decoding=True)
+        # Mid-prefill chunks may preempt, but never a decode already in this plan.
+        protected = frozenset(s.id for s, _ in decodes)
+        chunks, budget = self.take_running(budget, decoding=False, protected=protected)
+        chunks += self.admit_chunks(budget)
+        if not decodes and not chunks:
+            return None
+        slots = decodes + chunks
+        return StepPlan(
+            request_ids=[s.id for s, _ in slots],
+            num_new_tokens=[n for _, n in slots],
+            num_context_tokens=[s.num_computed for s, _ in slots],
+            num_decode_slots=len(decodes),
+        )
+
+    def chunk(self, seq: Sequence, budget: int) -> int:
+        """Tokens ``seq`` computes this step: one if decoding, else its next prefill chunk."""
+        if seq.is_decoding:
+            return 1
+        return min(seq.num_remaining, self.params.chunk_size, budget)
+
+    def take_running(self, budget: int, decoding: bool, protected: frozenset[int] = frozenset()
+                     ) -> tuple[list[tuple[Sequence, int]], int]:
+        """Running requests of one kind (decoding or mid-prefill), oldest first, within ``budget``."""
+        taken = []
+        for seq in list(self.running):
+            if budget <= 0:
+                break
+            if seq.status != RUNNING or seq.is_decoding != decoding:
+                continue  # preempted a moment ago, or not this pass's kind
+            n = self.chunk(seq, budget)
+            if not self.may_grow(seq, n, protected):
+                continue
+            taken.append((seq, n))
+            budget -= n
+        return taken, budget
+
+    def admit_chunks(self, budget: int) -> list[tuple[Sequence, int]]:
+        """First chunks of queued requests, FCFS, while budget, seats and KV last."""
+        taken = []
+        reserve = int(self.params.watermark * self.kv.num_blocks)
+        while self.waiting and budget > 0 and len(self.running) < self.params.max_num_seqs:
+            seq = self.waiting[0]
+            n = self.chunk(seq, budget)
+            if not self.may_admit(seq, n, reserve):
+                break
+            taken.append((seq, n))
+            budget -= n
+        return taken

@@ -1,0 +1,89 @@
+"""Continuous (iteration-level) batching: Orca's idea with vLLM's scheduling rules.
+
+At every step boundary finished requests leave and waiting ones join, limited by
+``max_num_seqs`` running requests, ``max_num_batched_tokens`` per step and free
+KV blocks. Prefill-first by default (vLLM before chunked prefill): if any
+waiting request can be admitted, the step runs only their whole prompts and the
+running decodes pause for it; otherwise the step decodes every running request.
+``mix_prefill_decode: true`` runs the new prompts together with the decodes in
+one step (Orca's selective batching) instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simbatch.params import require
+from simbatch.plan import StepPlan
+from simbatch.policies.iteration import IterationPolicy
+from simbatch.sequence import RUNNING, Sequence
+
+
+@dataclass(frozen=True)
+class ContinuousParams:
+    """vLLM's knob names; ``watermark`` is the fraction of KV kept free when admitting."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    watermark: float = 0.01
+    mix_prefill_decode: bool = False
+
+    def __post_init__(self):
+        require(self.max_num_seqs >= 1, "max_num_seqs", "must be >= 1")
+        require(self.max_num_batched_tokens >= 1, "max_num_batched_tokens", "must be >= 1")
+        require(0 <= self.watermark < 1, "watermark", "must be in [0, 1)")
+
+
+class ContinuousPolicy(IterationPolicy):
+    """Iteration-level scheduling without chunking: a prompt is prefilled in one step."""
+
+    kind = "continuous"
+    Params = ContinuousParams
+
+    def max_request_tokens(self) -> int | None:
+        # A whole prompt (plus generated tokens, after a recompute) must fit in one
+        # step's budget; vLLM enforces this as max_model_len <= max_num_batched_tokens.
+        return self.params.max_num_batched_tokens
+
+    def schedule(self, now: float) -> StepPlan | None:
+        budget = self.params.max_num_batched_tokens
+        if self.params.mix_prefill_decode:
+            decodes = self.grow_decodes()
+            prefills = self.admit_prefills(budget - len(decodes))
+        else:
+            prefills = self.admit_prefills(budget)
+            decodes = [] if prefills else self.grow_decodes()
+        if not prefills and not decodes:
+            return None
+        slots = decodes + prefills
+        return StepPlan(
+            request_ids=[s.id for s in slots],
+            num_new_tokens=[1] * len(decodes) + [s.num_remaining for s in prefills],
+            num_context_tokens=[s.num_computed for s in slots],
+            num_decode_slots=len(decodes),
+        )
+
+    def grow_decodes(self) -> list[Sequence]:
+        """Every running request, oldest first, with a block for its next token.
+
+        When blocks run short the newest runners are preempted; they sit after
+        the current one, so nothing already scheduled is ever taken back.
+        """
+        scheduled = []
+        for seq in list(self.running):
+            if seq.status != RUNNING or not self.may_grow(seq, 1):
+                break
+            scheduled.append(seq)
+        return scheduled
+
+    def admit_prefills(self, budget: int) -> list[Sequence]:
+        """Admit whole prompts from the queue head while seats, budget and KV (above the watermark) last."""
+        admitted: list[Sequence] = []
+        reserve = int(self.params.watermark * self.kv.num_blocks)
+        while self.waiting and len(self.running) < self.params.max_num_seqs:
+            seq = self.waiting[0]
+            if seq.num_remaining > budget or not self.may_admit(seq, seq.num_remaining, reserve):
+                break
+            budget -= seq.num_remaining
+            admitted.append(seq)
+        return admitted

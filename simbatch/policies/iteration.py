@@ -1,0 +1,70 @@
+"""Iteration-level scheduling: what continuous batching and chunked prefill share.
+
+Both keep a ``running`` list (admission order) and rebuild the batch at every
+step. KV memory is taken as tokens are computed; when a running request needs a
+block and none is free, the newest running request is preempted by recompute
+(its blocks freed, its computed tokens discarded, back to the *front* of the
+queue) — nano-vllm's and vLLM's idiom.
+"""
+
+from __future__ import annotations
+
+from simbatch.plan import StepPlan
+from simbatch.policies.base import Policy
+from simbatch.sequence import FINISHED, RUNNING, Sequence
+
+
+class IterationPolicy(Policy):
+    """Base for policies that re-form the batch at every step."""
+
+    def __init__(self, params, kv, note=lambda m: None):
+        super().__init__(params, kv, note)
+        self.running: list[Sequence] = []
+
+    def max_request_tokens(self) -> int | None:
+        return None
+
+    def on_step_done(self, plan: StepPlan, finished: list[Sequence], now: float) -> None:
+        if finished:
+            for s in finished:
+                self.kv.free(s)
+            self.running = [s for s in self.running if s.status != FINISHED]
+
+    def may_grow(self, seq: Sequence, num_new: int, protected: frozenset[int] = frozenset()) -> bool:
+        """Get ``seq`` the blocks for ``num_new`` tokens, preempting the newest runners if needed.
+
+        Requests whose ids are in ``protected`` (already in this step's plan) are
+        never chosen as victims. Returns False when ``seq`` itself had to go.
+        """
+        need = self.kv.blocks_needed(seq, num_new)
+        while not self.kv.can_allocate(need):
+            victim = self.newest_victim(protected)
+            self.preempt(victim)
+            if victim is seq:
+                return False
+        self.kv.allocate(seq, need)
+        return True
+
+    def newest_victim(self, protected: frozenset[int]) -> Sequence:
+        """Remove and return the most recently admitted running request not in ``protected``."""
+        for i in range(len(self.running) - 1, -1, -1):
+            if self.running[i].id not in protected:
+                return self.running.pop(i)
+        raise RuntimeError("no running request can be preempted")
+
+    def preempt(self, seq: Sequence) -> None:
+        """Recompute preemption: free ``seq``'s KV and put it at the head of the queue."""
+        self.kv.free(seq)
+        seq.reset_for_recompute()
+        self.waiting.appendleft(seq)
+
+    def may_admit(self, seq: Sequence, num_new: int, reserve: int = 0) -> bool:
+        """Admit the head of the queue for ``num_new`` tokens if its blocks fit (keeping ``reserve`` spare)."""
+        need = self.kv.blocks_needed(seq, num_new)
+        if not self.kv.can_allocate(need, reserve):
+            return False
+        self.kv.allocate(seq, need)
+        self.waiting.popleft()
+        seq.status = RUNNING
+        self.running.append(seq)
+        return True

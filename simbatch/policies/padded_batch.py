@@ -1,0 +1,112 @@
+"""Run-to-completion batches with padding: what static and dynamic batching share.
+
+A padded batch is one rectangular tensor: every row is padded to the batch's
+longest prompt, and every row keeps computing until the batch's longest output
+is done (a finished row becomes a padding slot). KV memory is reserved for the
+whole rectangle up front (longest prompt + longest output per row), so a batch
+is cut short where that reservation would not fit. Nothing joins a batch once it
+has started; its memory is freed only when its last request finishes.
+"""
+
+from __future__ import annotations
+
+from simbatch.plan import StepPlan
+from simbatch.policies.base import Policy
+from simbatch.sequence import FINISHED, RUNNING, Sequence
+
+
+class PaddedBatch:
+    """One formed batch and the plans it executes: one padded prefill, then padded decodes."""
+
+    def __init__(self, seqs: list[Sequence]):
+        self.seqs = seqs
+        self.max_prompt = max(s.prompt_tokens for s in seqs)
+        self.max_output = max(s.output_tokens for s in seqs)
+        self.num_decodes_done = -1  # -1: prefill not run yet
+
+    def next_plan(self) -> StepPlan:
+        """The batch's next step (the engine has applied the previous one)."""
+        self.num_decodes_done += 1
+        if self.num_decodes_done == 0:
+            return StepPlan(
+                request_ids=[s.id for s in self.seqs],
+                num_new_tokens=[s.prompt_tokens for s in self.seqs],
+                num_context_tokens=[0] * len(self.seqs),
+                num_pad_tokens=[self.max_prompt - s.prompt_tokens for s in self.seqs],
+                num_decode_slots=0,
+            )
+        # Every row attends to the padded length: longest prompt + tokens decoded so far.
+        context = self.max_prompt + self.num_decodes_done - 1
+        live = [s.status != FINISHED for s in self.seqs]
+        return StepPlan(
+            request_ids=[s.id if ok else -1 for s, ok in zip(self.seqs, live)],
+            num_new_tokens=[1 if ok else 0 for ok in live],
+            num_context_tokens=[context] * len(self.seqs),
+            num_pad_tokens=[0 if ok else 1 for ok in live],
+            num_decode_slots=len(self.seqs),
+        )
+
+    @property
+    def is_done(self) -> bool:
+        """Every request in the batch has emitted its last token."""
+        return all(s.status == FINISHED for s in self.seqs)
+
+
+class BatchPolicy(Policy):
+    """Base for policies that form a padded batch and run it to completion.
+
+    Subclasses implement :meth:`select`, which picks the next batch's members
+    from the waiting queue (or sets ``self.timer`` and returns an empty list).
+    """
+
+    def __init__(self, params, kv, note=lambda m: None):
+        super().__init__(params, kv, note)
+        self.batch: PaddedBatch | None = None
+        self.timer: float | None = None
+
+    def select(self, now: float) -> list[Sequence]:
+        """Members of the next batch, oldest first; [] to wait (set ``self.timer``)."""
+        raise NotImplementedError
+
+    def schedule(self, now: float) -> StepPlan | None:
+        if self.batch is None:
+            self.timer = None
+            members = self.select(now)
+            if not members:
+                return None
+            self.batch = self._start(self._fit_kv(members, now))
+        return self.batch.next_plan()
+
+    def wake_at(self) -> float | None:
+        return self.timer
+
+    def on_step_done(self, plan: StepPlan, finished: list[Sequence], now: float) -> None:
+        if self.batch is not None and self.batch.is_done:
+            for s in self.batch.seqs:
+                self.kv.free(s)
+            self.batch = None
+
+    def _fit_kv(self, members: list[Sequence], now: float) -> list[Sequence]:
+        """The longest prefix of ``members`` whose padded KV reservation fits in free memory."""
+        fit, max_p, max_o = 0, 0, 0
+        for k, s in enumerate(members, start=1):
+            max_p, max_o = max(max_p, s.prompt_tokens), max(max_o, s.output_tokens)
+            if k * self.kv.blocks_for(max_p + max_o) > self.kv.num_free:
+                break
+            fit = k
+        if fit < len(members):
+            self.note(f"t={now:.3f}s: {self.kind} batch cut from {len(members)} to {fit} requests: "
+                      f"padded KV reservation (longest prompt + longest output per slot) "
+                      f"would exceed the {self.kv.num_free} free blocks")
+        return members[:fit]
+
+    def _start(self, members: list[Sequence]) -> PaddedBatch:
+        """Take ``members`` off the queue, reserve their padded KV, and start the batch."""
+        chosen = {s.id for s in members}
+        self.waiting = type(self.waiting)(s for s in self.waiting if s.id not in chosen)
+        batch = PaddedBatch(members)
+        per_slot = self.kv.blocks_for(batch.max_prompt + batch.max_output)
+        for s in members:
+            self.kv.allocate(s, per_slot)
+            s.status = RUNNING
+        return batch

@@ -1,0 +1,176 @@
+"""Scenarios: one YAML file says what to simulate; ``--set`` overrides any field.
+
+A scenario is checked as a whole when it is loaded, so a typo fails before
+anything runs, with the file and the dotted field in the message.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from simbatch.errors import SimbatchError
+from simbatch.params import parse_params, require
+from simbatch.policies import parse_policy
+
+TOP_LEVEL = ("name", "description", "workload", "model", "hardware", "cluster", "policy",
+             "policies", "cost_model", "kv_cache", "slo", "seed")
+
+
+@dataclass(frozen=True)
+class ClusterParams:
+    """Identical replicas, each a tensor-parallel group of GPUs; requests go round-robin."""
+
+    replicas: int = 1
+    tensor_parallel: int = 1
+
+    def __post_init__(self):
+        require(self.replicas >= 1, "replicas", "must be >= 1")
+        require(self.tensor_parallel >= 1, "tensor_parallel", "must be >= 1")
+
+
+@dataclass(frozen=True)
+class KVCacheParams:
+    """KV-cache sizing and reservation mode (see :mod:`simbatch.kvcache`)."""
+
+    block_size: int = 16
+    mode: str = "paged"
+    gpu_memory_utilization: float = 0.9
+
+    def __post_init__(self):
+        require(self.block_size >= 1, "block_size", "must be >= 1")
+        require(self.mode in ("paged", "max_length"), "mode",
+                f"unknown mode {self.mode!r}; allowed: paged, max_length")
+        require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", "must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class SLOParams:
+    """Latency targets in milliseconds; a request attains the SLO when it meets every one given."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2el_ms: float | None = None
+
+    def __post_init__(self):
+        for name in ("ttft_ms", "tpot_ms", "e2el_ms"):
+            v = getattr(self, name)
+            require(v is None or v > 0, name, "must be > 0")
+
+    def as_dict(self) -> dict[str, float]:
+        """Only the targets that are set."""
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass
+class Scenario:
+    """A checked scenario; ``data`` is the resolved YAML mapping (for reports and re-runs)."""
+
+    data: dict
+    source: str  # file name, used in error messages
+    base_dir: Path  # paths inside the scenario are relative to it
+    cluster: ClusterParams = field(default_factory=ClusterParams)
+    kv_cache: KVCacheParams = field(default_factory=KVCacheParams)
+    slo: SLOParams = field(default_factory=SLOParams)
+
+    @property
+    def name(self) -> str:
+        return str(self.data.get("name", Path(self.source).stem))
+
+    @property
+    def seed(self) -> int:
+        return int(self.data.get("seed", 0))
+
+    def where(self, field_path: str) -> str:
+        """``"<file>: <field>"`` for error messages."""
+        return f"{self.source}: {field_path}"
+
+    def with_policy(self, kind: str) -> "Scenario":
+        """The same scenario under policy ``kind`` (params from ``policies.<kind>``, the
+        current policy's when it is already ``kind``, else the defaults)."""
+        data = copy.deepcopy(self.data)
+        params = (data.get("policies") or {}).get(kind)
+        if params is None:
+            params = data["policy"] if data["policy"].get("kind") == kind else {}
+        data["policy"] = {**params, "kind": kind}
+        return from_dict(data, self.source, self.base_dir)
+
+
+def parse_value(text: str):
+    """A ``--set`` value: YAML scalar or flow syntax (``8``, ``true``, ``[1, 2]``, ``{a: 1}``)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(data: dict, overrides: list[str], source: str = "--set") -> dict:
+    """Apply ``key.path=value`` overrides. Changing ``policy.kind`` drops the old policy's parameters."""
+    data = copy.deepcopy(data)
+    pairs = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SimbatchError(f"--set {item}", "expected KEY=VALUE, e.g. policy.kind=static")
+        pairs.append((key.strip(), parse_value(value)))
+    for key, value in sorted(pairs, key=lambda kv: kv[0] != "policy.kind"):
+        if key == "policy.kind" and (data.get("policy") or {}).get("kind") != value:
+            data["policy"] = {}
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {} if node.get(part) is None else node[part]
+            if not isinstance(node[part], dict):
+                raise SimbatchError(f"--set {key}", f"{part} is not a section")
+            node = node[part]
+        node[parts[-1]] = value
+    return data
+
+
+def read_yaml(path: Path) -> dict:
+    """Read a scenario file; YAML errors become ``file:line`` messages."""
+    if not path.is_file():
+        raise SimbatchError(str(path), "scenario file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
+        raise SimbatchError(f"{path}:{line}", f"invalid YAML: {exc.problem}") from None
+    if not isinstance(data, dict):
+        raise SimbatchError(str(path), "a scenario must be a YAML mapping (key: value lines)")
+    return data
+
+
+def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = None) -> Scenario:
+    """Check a scenario mapping and return a :class:`Scenario`."""
+    for key in data:
+        if key not in TOP_LEVEL:
+            raise SimbatchError(f"{source}: {key}", f"unknown field; allowed: {', '.join(TOP_LEVEL)}")
+    for key in ("workload", "model", "hardware", "policy"):
+        if data.get(key) is None:
+            raise SimbatchError(f"{source}: {key}", "missing (required)")
+    if not isinstance(data["policy"], dict):
+        raise SimbatchError(f"{source}: policy", "must be a mapping with a kind, e.g. {kind: continuous}")
+    parse_policy(data["policy"], f"{source}: policy")
+    for kind, params in (data.get("policies") or {}).items():
+        parse_policy({**(params or {}), "kind": kind}, f"{source}: policies.{kind}")
+    seed = data.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise SimbatchError(f"{source}: seed", f"expected a non-negative integer, got {seed!r}")
+    return Scenario(
+        data=data, source=source, base_dir=Path(base_dir or "."),
+        cluster=parse_params(ClusterParams, data.get("cluster"), f"{source}: cluster"),
+        kv_cache=parse_params(KVCacheParams, data.get("kv_cache"), f"{source}: kv_cache"),
+        slo=parse_params(SLOParams, data.get("slo"), f"{source}: slo"),
+    )
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    """Read, override and check the scenario at ``path``."""
+    path = Path(path)
+    data = apply_overrides(read_yaml(path), overrides or [])
+    return from_dict(data, str(path), path.resolve().parent)

@@ -1,0 +1,182 @@
+"""Each policy's defining rule, on small hand-made workloads."""
+
+import math
+
+import pytest
+
+from simkit import simulate_policy
+
+
+def batches(sim):
+    """The sets of request ids that each prefill step (a batch start) admitted."""
+    return [set(p.request_ids) for p in sim.backend.plans if p.num_decode_slots == 0]
+
+
+# --- static -----------------------------------------------------------------
+
+def test_static_admits_nothing_mid_batch():
+    triples = [(0.0, 100, 20), (0.0, 50, 5), (0.001, 30, 3), (0.002, 40, 4), (0.5, 10, 2)]
+    sim = simulate_policy("static", {"batch_size": 2, "max_wait_s": 0.0}, triples)
+    current: set[int] = set()
+    for plan in sim.backend.plans:
+        live = {r for r in plan.request_ids if r >= 0}
+        if plan.num_decode_slots == 0:  # a new batch starts: the previous one must be over
+            assert all(sim.seqs[r].status == 2 for r in current)
+            current = live
+        else:
+            assert live <= current, "a request joined a running static batch"
+    assert batches(sim) == [{0, 1}, {2, 3}, {4}]
+
+
+def test_static_pads_prompts_and_keeps_finished_slots():
+    sim = simulate_policy("static", {"batch_size": 2, "max_wait_s": 0.0}, [(0, 100, 20), (0, 60, 5)])
+    prefill, *decodes = sim.backend.plans
+    assert prefill.num_padded_tokens == 40  # 60-token prompt padded to 100
+    assert len(decodes) == 19  # until the longest output (20 tokens) is done
+    # after request 1's 5th token its slot computes padding until the batch ends
+    assert all(p.num_slots == 2 for p in decodes)
+    assert sum(p.num_padded_tokens for p in decodes) == 20 - 5
+    assert decodes[-1].num_context_tokens == [100 + 18, 100 + 18]
+
+
+def test_static_waits_for_batch_or_timeout():
+    sim = simulate_policy("static", {"batch_size": 4, "max_wait_s": 1.0}, [(0.0, 10, 2), (0.2, 10, 2)])
+    assert sim.log.first_scheduled_s[0] == pytest.approx(1.0)  # partial batch leaves at the time-out
+    sim = simulate_policy("static", {"batch_size": 2, "max_wait_s": 1.0}, [(0.0, 10, 2), (0.2, 10, 2)])
+    assert sim.log.first_scheduled_s[0] == pytest.approx(0.2)  # full batch leaves at once
+
+
+def test_static_batch_cut_short_by_padded_kv_reservation():
+    # per slot: ceil((100 + 100) / 16) = 13 blocks; 30 blocks fit two slots, not three
+    sim = simulate_policy("static", {"batch_size": 3, "max_wait_s": 0.0}, [(0, 100, 100)] * 3, kv_blocks=30)
+    assert batches(sim) == [{0, 1}, {2}]
+    assert any("cut from 3 to 2" in m for m in sim.log.messages)
+
+
+# --- dynamic (Triton rules) -------------------------------------------------
+
+def test_dynamic_sends_full_batch_at_once():
+    sim = simulate_policy("dynamic", {"max_batch_size": 2, "max_queue_delay_us": 10e6},
+                          [(0, 10, 2), (0, 10, 2), (0, 10, 2)])
+    assert batches(sim)[0] == {0, 1}
+    assert sim.log.first_scheduled_s[0] == 0.0
+
+
+def test_dynamic_sends_largest_preferred_size_at_once():
+    sim = simulate_policy("dynamic", {"max_batch_size": 8, "preferred_batch_sizes": [2, 3],
+                                      "max_queue_delay_us": 10e6}, [(0, 10, 2)] * 5)
+    assert [len(b) for b in batches(sim)][0] == 3
+    assert sim.log.first_scheduled_s[0] == 0.0
+
+
+def test_dynamic_waits_up_to_queue_delay():
+    sim = simulate_policy("dynamic", {"max_batch_size": 4, "max_queue_delay_us": 100_000},
+                          [(0.0, 10, 2), (0.03, 10, 2)])
+    assert sim.log.first_scheduled_s[0] == pytest.approx(0.1)  # the oldest's delay expired
+    assert batches(sim)[0] == {0, 1}
+
+
+def test_dynamic_preferred_size_reached_before_delay_leaves_immediately():
+    sim = simulate_policy("dynamic", {"max_batch_size": 4, "preferred_batch_sizes": [2],
+                                      "max_queue_delay_us": 100_000}, [(0.0, 10, 2), (0.03, 10, 2)])
+    assert sim.log.first_scheduled_s[0] == pytest.approx(0.03)
+
+
+def test_dynamic_zero_delay_sends_whatever_is_queued():
+    sim = simulate_policy("dynamic", {"max_batch_size": 4, "max_queue_delay_us": 0}, [(0.0, 10, 2)])
+    assert sim.log.first_scheduled_s[0] == 0.0
+
+
+def test_dynamic_bucket_by_length_groups_similar_prompts():
+    triples = [(0, 100, 2), (0, 900, 2), (0, 110, 2), (0, 880, 2)]
+    params = {"max_batch_size": 2, "max_queue_delay_us": 0}
+    plain = simulate_policy("dynamic", params, triples)
+    bucketed = simulate_policy("dynamic", {**params, "bucket_by_length": True}, triples)
+    assert batches(plain)[0] == {0, 1}
+    assert batches(bucketed)[0] == {0, 2}
+    waste = lambda s: sum(p.num_padded_tokens for p in s.backend.plans)
+    assert waste(bucketed) < waste(plain)
+
+
+# --- continuous -------------------------------------------------------------
+
+def test_continuous_admits_at_next_step_boundary():
+    backend_step = 0.010 + 1e-5 * 50  # the recording backend's time for request 0's prefill
+    sim = simulate_policy("continuous", {"max_num_seqs": 8}, [(0.0, 50, 40), (0.005, 30, 5)])
+    step_ends = [0.0]
+    ends = sim.log.step_table()
+    ends = list(ends["start_s"] + ends["duration_s"])
+    # request 1 arrived during the first step and starts exactly when that step ends
+    assert sim.log.first_scheduled_s[1] == pytest.approx(ends[0])
+    assert ends[0] == pytest.approx(backend_step)
+    # it joined while request 0 was still decoding
+    assert sim.log.finish_s[0] > sim.log.first_scheduled_s[1]
+
+
+def test_continuous_respects_seat_and_token_limits():
+    triples = [(0, 300, 10)] * 6
+    sim = simulate_policy("continuous", {"max_num_seqs": 4, "max_num_batched_tokens": 700}, triples)
+    for p in sim.backend.plans:
+        assert p.num_seqs <= 4
+        assert p.num_prefill_tokens <= 700
+    assert batches(sim)[0] == {0, 1}  # 2 x 300 fits a 700-token step, 3 do not
+
+
+def test_continuous_prefill_first_pauses_decodes():
+    sim = simulate_policy("continuous", {}, [(0.0, 50, 40), (0.1, 30, 5)])
+    mixed = [p for p in sim.backend.plans if 0 < p.num_decode_slots < p.num_slots]
+    assert not mixed
+    sim = simulate_policy("continuous", {"mix_prefill_decode": True}, [(0.0, 50, 40), (0.1, 30, 5)])
+    assert any(0 < p.num_decode_slots < p.num_slots for p in sim.backend.plans)
+
+
+def test_continuous_rejects_requests_longer_than_the_step_budget():
+    sim = simulate_policy("continuous", {"max_num_batched_tokens": 100}, [(0, 90, 5), (0, 95, 10)])
+    assert sim.log.num_emitted.tolist() == [5, 0]
+    assert math.isnan(sim.log.finish_s[1])
+    assert any("rejected" in m for m in sim.log.messages)
+
+
+def test_preemption_by_recompute_when_kv_runs_out():
+    # 4 requests of 16-token prompts growing to 16+64 tokens: 5 blocks each at the end,
+    # but only 12 blocks exist, so decodes run out of blocks and the newest is preempted.
+    sim = simulate_policy("continuous", {"watermark": 0.0}, [(0, 16, 64)] * 4, kv_blocks=12)
+    assert sim.log.num_preemptions.sum() > 0
+    assert (sim.log.num_emitted == 64).all()
+    assert max(sim.backend.kv_used) <= 12
+
+
+def test_max_length_reservation_never_preempts():
+    sim = simulate_policy("continuous", {"watermark": 0.0}, [(0, 16, 64)] * 4, kv_blocks=12,
+                          kv_mode="max_length")
+    assert sim.log.num_preemptions.sum() == 0
+    assert (sim.log.num_emitted == 64).all()
+
+
+# --- chunked prefill --------------------------------------------------------
+
+def test_chunked_prefill_never_exceeds_budget_and_chunk_size():
+    triples = [(0.0, 1500, 20), (0.01, 700, 30), (0.02, 40, 50), (0.03, 900, 5)]
+    sim = simulate_policy("chunked_prefill", {"chunk_size": 256, "max_num_batched_tokens": 300}, triples)
+    for p in sim.backend.plans:
+        assert p.num_batched_tokens <= 300
+        assert all(n <= 256 for n in p.num_new_tokens[p.num_decode_slots:])
+    assert (sim.log.num_emitted == [20, 30, 50, 5]).all()
+
+
+def test_chunked_prefill_decodes_go_first_and_are_never_stalled():
+    # a 4,000-token prompt arrives while request 0 decodes: request 0 keeps emitting every step
+    sim = simulate_policy("chunked_prefill", {"chunk_size": 512}, [(0.0, 100, 60), (0.05, 4000, 5)])
+    runs = [(r, a, b) for r, a, b in zip(sim.log.run_request, sim.log.run_first, sim.log.run_last) if r == 0]
+    assert len(runs) == 1  # one unbroken run of tokens: no step skipped it
+    for p in sim.backend.plans:
+        decode_ids = p.request_ids[: p.num_decode_slots]
+        assert all(n == 1 for n in p.num_new_tokens[: p.num_decode_slots])
+        if 0 in p.request_ids and sim.seqs[0].num_generated:
+            pass
+    assert max(p.num_batched_tokens for p in sim.backend.plans) <= 512
+
+
+def test_chunked_prefill_budget_defaults_to_chunk_size():
+    sim = simulate_policy("chunked_prefill", {"chunk_size": 128}, [(0.0, 1000, 3)])
+    assert [p.num_prefill_tokens for p in sim.backend.plans[:8]] == [128] * 7 + [104]
