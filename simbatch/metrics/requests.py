@@ -1,0 +1,163 @@
+"""Per-request metrics: one row per request, computed column-wise from the event log.
+
+Names and formulas follow vLLM's ``benchmark_serving`` (TTFT, TPOT, ITL, E2EL);
+``docs/metrics.md`` states every definition. Nothing here loops over requests
+in Python: the per-request arrays give the timestamps, and token times are
+taken from the *token runs* (``EventLog.record_token_run``) with numpy, so a
+million requests take about a second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from simbatch.errors import fail
+from simbatch.eventlog import EventLog
+from simbatch.workload.request import Workload
+
+REQUEST_COLUMNS = (
+    "id",
+    "arrival_s",
+    "prompt_tokens",
+    "output_tokens",
+    "replica",
+    "first_scheduled_s",
+    "first_token_s",
+    "finish_s",
+    "num_output_tokens",
+    "completed",
+    "ttft_ms",
+    "tpot_ms",
+    "e2el_ms",
+    "queue_ms",
+    "itl_mean_ms",
+    "preemptions",
+)
+
+
+@dataclass(slots=True)
+class TokenRuns:
+    """The log's token runs as arrays, located in ``ends`` (step ends, replica by replica).
+
+    Run ``j`` emitted one token at each of ``ends[first_pos[j]..last_pos[j]]``;
+    ``t_first``/``t_last`` are its first and last token times.
+    """
+
+    request: np.ndarray
+    first_pos: np.ndarray
+    last_pos: np.ndarray
+    t_first: np.ndarray
+    t_last: np.ndarray
+    ends: np.ndarray
+
+
+def token_runs(log: EventLog) -> TokenRuns:
+    """Token runs as arrays, with each run's step numbers mapped to times (vectorised)."""
+    table = log.step_table()
+    replica = np.asarray(table["replica"], dtype=np.int64)
+    ends = np.asarray(table["start_s"], dtype=np.float64) + np.asarray(table["duration_s"], dtype=np.float64)
+    # Sorting steps by replica (stably, so each replica keeps its step order)
+    # turns "(replica, step number)" into the flat position offset[replica] + step.
+    order = np.argsort(replica, kind="stable")
+    counts = np.bincount(replica, minlength=log.num_replicas)
+    offsets = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    ends = ends[order]
+    req = np.asarray(log.run_request, dtype=np.int64)
+    rep = np.asarray(log.run_replica, dtype=np.int64)
+    first = np.asarray(log.run_first, dtype=np.int64)
+    last = np.asarray(log.run_last, dtype=np.int64)
+    # Cheap guards: a bad run would otherwise read another replica's steps.
+    if np.any((rep < 0) | (rep >= log.num_replicas)):
+        raise ValueError("event log: a token run names an unknown replica")
+    if np.any((first < 0) | (last < first) | (last >= counts[rep])):
+        raise ValueError("event log: a token run lies outside its replica's recorded steps")
+    first_pos, last_pos = offsets[rep] + first, offsets[rep] + last
+    return TokenRuns(req, first_pos, last_pos, ends[first_pos], ends[last_pos], ends)
+
+
+def token_extent(runs: TokenRuns, num_requests: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per request: (tokens in its runs, first token time, last token time); NaN times if none."""
+    n_tokens = np.bincount(runs.request, weights=runs.last_pos - runs.first_pos + 1, minlength=num_requests)
+    first = np.full(num_requests, np.inf)
+    last = np.full(num_requests, -np.inf)
+    np.minimum.at(first, runs.request, runs.t_first)
+    np.maximum.at(last, runs.request, runs.t_last)
+    first[np.isinf(first)] = np.nan
+    last[np.isinf(last)] = np.nan
+    return n_tokens.astype(np.int64), first, last
+
+
+def itl_pool(runs: TokenRuns, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every gap between consecutive tokens of the requests in ``keep``, as (values s, counts).
+
+    vLLM pools all inter-token gaps of all requests. Expanding them one by one
+    would cost memory per token, so the pool is returned as distinct values with
+    multiplicities: a gap between two consecutive steps of a replica counts once
+    per kept run spanning both, and each break between two runs of one request
+    (a preemption) adds its own gap once.
+    """
+    sel = keep[runs.request]
+    first, last = runs.first_pos[sel], runs.last_pos[sel]
+    n = runs.ends.size
+    # Difference array: +1 where a run starts covering gaps, -1 where it stops.
+    delta = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(delta, first, 1)
+    np.add.at(delta, last, -1)
+    cover = np.cumsum(delta)[: max(n - 1, 0)]
+    step_gaps = np.diff(runs.ends)
+    used = cover > 0
+    req, t_first, t_last = runs.request[sel], runs.t_first[sel], runs.t_last[sel]
+    order = np.lexsort((t_first, req))
+    req, t_first, t_last = req[order], t_first[order], t_last[order]
+    same = req[1:] == req[:-1]
+    breaks = (t_first[1:] - t_last[:-1])[same]
+    values = np.concatenate((step_gaps[used], breaks))
+    counts = np.concatenate((cover[used], np.ones(breaks.size, dtype=np.int64)))
+    return values, counts
+
+
+def _check_sizes(log: EventLog, workload: Workload) -> None:
+    if len(workload) != log.num_requests:
+        fail("metrics", f"workload has {len(workload)} requests but the event log has {log.num_requests}")
+
+
+def request_table(log: EventLog, workload: Workload) -> pd.DataFrame:
+    """One row per request in id order: timestamps, token counts and latencies (ms).
+
+    A latency is NaN when a timestamp it needs is missing (never scheduled,
+    no token yet, unfinished); ``tpot_ms`` and ``itl_mean_ms`` need at least
+    two output tokens. Summaries keep only ``completed`` rows.
+    """
+    _check_sizes(log, workload)
+    n = log.num_requests
+    arrival, finish, first_tok = log.arrival_s, log.finish_s, log.first_token_s
+    emitted = np.asarray(log.num_emitted, dtype=np.int64)
+    completed = ~np.isnan(finish)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # TPOT as vLLM: (E2EL - TTFT) / (output tokens - 1), only for > 1 token.
+        tpot = np.where(emitted > 1, (finish - first_tok) / (emitted - 1), np.nan)
+        n_tok, t_first, t_last = token_extent(token_runs(log), n)
+        # The mean of consecutive gaps telescopes to (last - first) / (n - 1).
+        itl_mean = np.where(n_tok > 1, (t_last - t_first) / (n_tok - 1), np.nan)
+    cols = {
+        "id": np.arange(n, dtype=np.int64),
+        "arrival_s": arrival,
+        "prompt_tokens": np.asarray(workload.prompt_tokens, dtype=np.int64),
+        "output_tokens": np.asarray(workload.output_tokens, dtype=np.int64),
+        "replica": np.asarray(log.replica, dtype=np.int64),
+        "first_scheduled_s": log.first_scheduled_s,
+        "first_token_s": first_tok,
+        "finish_s": finish,
+        "num_output_tokens": emitted,
+        "completed": completed,
+        "ttft_ms": (first_tok - arrival) * 1e3,
+        "tpot_ms": tpot * 1e3,
+        "e2el_ms": (finish - arrival) * 1e3,
+        "queue_ms": (log.first_scheduled_s - arrival) * 1e3,
+        "itl_mean_ms": itl_mean * 1e3,
+        "preemptions": np.asarray(log.num_preemptions, dtype=np.int64),
+    }
+    return pd.DataFrame(cols, columns=list(REQUEST_COLUMNS))

@@ -1,0 +1,197 @@
+"""Run summary: one flat, JSON-safe dict per run (a stable interface other tools read).
+
+Latency names and statistics follow vLLM's ``benchmark_serving``: statistics
+over completed requests, percentiles by ``np.percentile`` (linear), ITL pooled
+over every token gap. ``docs/metrics.md`` defines every key.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from simbatch.errors import fail
+from simbatch.eventlog import EventLog
+from simbatch.metrics.requests import itl_pool, request_table, token_runs
+from simbatch.workload.request import Workload
+
+SUMMARY_KEYS = (
+    "num_requests",
+    "completed",
+    "duration_s",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "goodput",
+    "slo_attainment",
+    "padding_waste_frac",
+    "busy_frac",
+    "mfu",
+    "mbu",
+    "kv_peak_frac",
+    "preemptions",
+    "ttft_ms",
+    "tpot_ms",
+    "itl_ms",
+    "e2el_ms",
+    "queue_ms",
+)
+LATENCY_KEYS = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "queue_ms")
+SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
+PERCENTILES = (50, 90, 99)
+
+
+def _num(x) -> float | None:
+    """A JSON-safe float: ``None`` for NaN, infinities and missing values."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return _num(num / den) if den > 0 else None
+
+
+def _stats(mean: float, p50: float, p90: float, p99: float) -> dict:
+    return {"mean": _num(mean), "median": _num(p50), "p90": _num(p90), "p99": _num(p99)}
+
+
+def latency_stats(values) -> dict:
+    """``{mean, median, p90, p99}`` of ``values`` (NaN dropped; linear percentiles; None if empty)."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    if v.size == 0:
+        return _stats(None, None, None, None)
+    p50, p90, p99 = np.percentile(v, PERCENTILES)
+    return _stats(v.mean(), p50, p90, p99)
+
+
+def weighted_latency_stats(values, counts) -> dict:
+    """:func:`latency_stats` of ``values`` with value ``i`` repeated ``counts[i]`` times.
+
+    Gives what ``np.percentile`` (linear) gives on the expanded array, without
+    expanding it: the k-th smallest element is found on the cumulative counts.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    c = np.asarray(counts, dtype=np.int64)
+    keep = (c > 0) & ~np.isnan(v)
+    v, c = v[keep], c[keep]
+    if v.size == 0:
+        return _stats(None, None, None, None)
+    order = np.argsort(v, kind="stable")
+    v, c = v[order], c[order]
+    cum = np.cumsum(c)
+    n = int(cum[-1])
+
+    def kth(k: int) -> float:
+        return v[np.searchsorted(cum, k, side="right")]
+
+    pcts = []
+    for q in PERCENTILES:
+        h = (n - 1) * q / 100.0
+        lo = math.floor(h)
+        a, b, t = kth(lo), kth(min(lo + 1, n - 1)), h - lo
+        # numpy's lerp form, so results agree with np.percentile to the last bit or two.
+        pcts.append(a + (b - a) * t if t < 0.5 else b - (b - a) * (1 - t))
+    return _stats(float(np.dot(v, c)) / n, *pcts)
+
+
+def steps_table(log: EventLog) -> pd.DataFrame:
+    """The per-step columns in recording order, plus ``step`` (number on its replica) and ``end_s``."""
+    t = log.step_table()
+    cols = {c: np.asarray(t[c]) for c in log.STEP_COLUMNS}
+    replica = cols["replica"].astype(np.int64)
+    cols["replica"] = replica
+    # Step number on its replica = rank among that replica's steps in recording order.
+    order = np.argsort(replica, kind="stable")
+    counts = np.bincount(replica, minlength=log.num_replicas)
+    starts = np.repeat(np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+    step = np.empty(replica.size, dtype=np.int64)
+    step[order] = np.arange(replica.size) - starts
+    cols["step"] = step
+    cols["end_s"] = cols["start_s"].astype(np.float64) + cols["duration_s"].astype(np.float64)
+    names = ["replica", "step", "start_s", "end_s"] + [c for c in log.STEP_COLUMNS if c not in ("replica", "start_s")]
+    return pd.DataFrame(cols, columns=names)
+
+
+def _slo_attaining(req: pd.DataFrame, slo: dict) -> int:
+    """Requests that completed and met every given target (a 1-token request has no TPOT: passes)."""
+    ok = req["completed"].to_numpy().copy()
+    for key, target in slo.items():
+        if key not in SLO_KEYS:
+            fail("slo", f"unknown metric {key!r}; use any of {', '.join(SLO_KEYS)}")
+        v = req[key].to_numpy()
+        ok &= (v <= float(target)) | (np.isnan(v) if key == "tpot_ms" else False)
+    return int(ok.sum())
+
+
+def _duration(log: EventLog, steps: pd.DataFrame) -> float:
+    """End of the run (last finish or last step end, whichever is later) minus the first arrival."""
+    candidates = [0.0]
+    if np.any(~np.isnan(log.finish_s)):
+        candidates.append(float(np.nanmax(log.finish_s)))
+    if len(steps):
+        candidates.append(float(steps["end_s"].max()))
+    t0 = float(np.nanmin(log.arrival_s)) if np.any(~np.isnan(log.arrival_s)) else 0.0
+    return max(candidates) - t0
+
+
+def _step_metrics(log: EventLog, steps: pd.DataFrame, duration: float, peak_flops: float,
+                  peak_bandwidth: float, gpus: int) -> dict:
+    """Padding waste, busy fraction, MFU/MBU (while busy) and KV peak from the step columns."""
+    busy = float(steps["duration_s"].sum())
+    kept = float(steps["prefill_tokens"].sum() + steps["decode_tokens"].sum())
+    padded = float(steps["padded_tokens"].sum())
+    # useful_flops/bytes are per GPU: the replica's gpus do that much each, against
+    # gpus x peak, so ``gpus`` cancels; it is kept to state the formula fully.
+    flops = float(steps["useful_flops"].sum()) * gpus
+    nbytes = float(steps["useful_bytes"].sum()) * gpus
+    cap = np.asarray(log.kv_capacity_blocks, dtype=np.float64)
+    step_cap = cap[steps["replica"].to_numpy()]
+    known = step_cap > 0  # a replica with no stated capacity has no fraction
+    kv_peak = None
+    if known.any():
+        kv_peak = _num((steps["kv_used_blocks"].to_numpy()[known] / step_cap[known]).max())
+    return {
+        "padding_waste_frac": _ratio(padded, kept + padded),
+        "busy_frac": _ratio(busy, duration * log.num_replicas),
+        "mfu": _ratio(flops, busy * gpus * peak_flops),
+        "mbu": _ratio(nbytes, busy * gpus * peak_bandwidth),
+        "kv_peak_frac": kv_peak,
+    }
+
+
+def summarize(log: EventLog, workload: Workload, *, slo: dict | None = None, peak_flops: float,
+              peak_bandwidth: float, gpus_per_replica: int = 1) -> dict:
+    """The run's summary dict, keys exactly :data:`SUMMARY_KEYS` in that order (see docs/metrics.md)."""
+    if not (peak_flops > 0 and peak_bandwidth > 0 and gpus_per_replica >= 1):
+        fail("summarize", "peak_flops and peak_bandwidth must be > 0 and gpus_per_replica >= 1")
+    req = request_table(log, workload)
+    steps = steps_table(log)
+    done = req["completed"].to_numpy()
+    duration = _duration(log, steps)
+    out_tokens = float(req["num_output_tokens"].to_numpy()[done].sum())
+    in_tokens = float(req["prompt_tokens"].to_numpy()[done].sum())
+    attaining = _slo_attaining(req, slo) if slo else None
+    gaps, counts = itl_pool(token_runs(log), done)
+    s = {
+        "num_requests": int(log.num_requests),
+        "completed": int(done.sum()),
+        "duration_s": _num(duration),
+        "request_throughput": _ratio(done.sum(), duration),
+        "output_throughput": _ratio(out_tokens, duration),
+        "total_token_throughput": _ratio(in_tokens + out_tokens, duration),
+        "goodput": None if attaining is None else _ratio(attaining, duration),
+        "slo_attainment": None if attaining is None else _ratio(attaining, log.num_requests),
+        **_step_metrics(log, steps, duration, peak_flops, peak_bandwidth, gpus_per_replica),
+        "preemptions": int(np.sum(log.num_preemptions)),
+    }
+    for key in LATENCY_KEYS:
+        if key == "itl_ms":
+            s[key] = weighted_latency_stats(gaps * 1e3, counts)
+        else:
+            s[key] = latency_stats(req[key].to_numpy()[done])
+    return {k: s[k] for k in SUMMARY_KEYS}

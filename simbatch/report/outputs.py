@@ -1,0 +1,87 @@
+"""Writing a run's results to disk, all or nothing.
+
+Every file is first written into a temporary sibling folder of ``out_dir``;
+only when all of them were written are they moved into place (``os.replace``,
+same filesystem, so each move is atomic and cannot half-write a file). If any
+write fails, the temporary folder is removed and ``out_dir`` is left as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+def json_safe(value):
+    """``value`` with numpy scalars made Python and NaN/inf made ``None`` (recursively)."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return value
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    # Keys keep the dict's order (the summary's stable order); allow_nan=False
+    # makes any NaN that slipped past json_safe an error, not invalid JSON.
+    path.write_text(json.dumps(json_safe(obj), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+
+
+def _write_csv(path: Path, table: pd.DataFrame) -> None:
+    table.to_csv(path, index=False)
+
+
+def _write_text(path: Path, lines: list[str]) -> None:
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+
+
+def _commit(out_dir: Path, writers: dict[str, Callable[[Path], None]]) -> list[Path]:
+    """Run ``writers`` (file name -> function of its path) in a temp sibling, then move into place."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        for name, write in writers.items():
+            write(tmp / name)
+        out_dir.mkdir(exist_ok=True)
+        paths = []
+        for name in writers:
+            os.replace(tmp / name, out_dir / name)
+            paths.append(out_dir / name)
+        return paths
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_run(out_dir, summary: dict, requests: pd.DataFrame, steps: pd.DataFrame,
+              log_lines: list[str]) -> list[Path]:
+    """Write ``summary.json``, ``requests.csv``, ``steps.csv`` and ``run.log`` into ``out_dir``.
+
+    ``out_dir`` is created if needed; files of the same names are replaced.
+    Returns the written paths.
+    """
+    return _commit(Path(out_dir), {
+        "summary.json": lambda p: _write_json(p, summary),
+        "requests.csv": lambda p: _write_csv(p, requests),
+        "steps.csv": lambda p: _write_csv(p, steps),
+        "run.log": lambda p: _write_text(p, log_lines),
+    })
+
+
+def write_comparison(out_dir, table: pd.DataFrame) -> Path:
+    """Write ``comparison.csv`` (one row per policy) into ``out_dir``; returns its path."""
+    return _commit(Path(out_dir), {"comparison.csv": lambda p: _write_csv(p, table)})[0]

@@ -1,0 +1,78 @@
+"""Figures comparing policies (PNG, headless).
+
+Colours are Okabe-Ito (distinguishable with the common colour-vision
+deficiencies); policies are also named on the x axis and p99 bars are hatched,
+so the figure still reads in grayscale.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simbatch.report.table import fmt_num
+
+OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000")
+LATENCY_PANELS = (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("E2EL", "e2el_ms"))
+P99_HATCH = "///"
+
+
+def _get(summary: dict, key: str, stat: str | None = None) -> float | None:
+    v = summary.get(key)
+    if stat is not None:
+        v = v.get(stat) if isinstance(v, dict) else None
+    return None if v is None else float(v)
+
+
+def _bar(ax, x: float, height: float | None, width: float, color: str, hatch: str) -> None:
+    """One labelled bar; a missing value is written 'n/a' instead of drawn as zero."""
+    if height is None:
+        ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=7)
+        return
+    ax.bar(x, height, width, color=color, edgecolor="black", linewidth=0.6, hatch=hatch)
+    ax.text(x, height, fmt_num(height), ha="center", va="bottom", fontsize=7)
+
+
+def _latency_panel(ax, summaries: dict[str, dict], name: str, key: str) -> None:
+    """p50 (plain) and p99 (hatched) bars side by side for each policy."""
+    for i, s in enumerate(summaries.values()):
+        color = OKABE_ITO[i % len(OKABE_ITO)]
+        _bar(ax, i - 0.2, _get(s, key, "median"), 0.4, color, "")
+        _bar(ax, i + 0.2, _get(s, key, "p99"), 0.4, color, P99_HATCH)
+    ax.set_title(f"{name} (p50 plain, p99 hatched)", fontsize=9)
+    ax.set_ylabel(f"{name} (ms)")
+
+
+def _throughput_panel(ax, summaries: dict[str, dict]) -> None:
+    for i, s in enumerate(summaries.values()):
+        _bar(ax, i, _get(s, "output_throughput"), 0.6, OKABE_ITO[i % len(OKABE_ITO)], "")
+    ax.set_title("Output throughput", fontsize=9)
+    ax.set_ylabel("output tokens/s")
+
+
+def plot_comparison(summaries: dict[str, dict], path) -> Path:
+    """Save one PNG with TTFT, TPOT, E2EL (p50/p99) and output-throughput panels per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless: never needs a display
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    names = list(summaries)
+    fig, axes = plt.subplots(2, 2, figsize=(max(7.0, 1.2 * len(names) + 4), 6.5))
+    for ax, (name, key) in zip(axes.flat, LATENCY_PANELS):
+        _latency_panel(ax, summaries, name, key)
+    _throughput_panel(axes.flat[3], summaries)
+    for ax in axes.flat:
+        ax.set_xticks(range(len(names)), names, rotation=20 if len(names) > 3 else 0, fontsize=8)
+        ax.set_xlabel("policy")
+        ax.margins(y=0.15)
+        ax.grid(axis="y", linewidth=0.4, alpha=0.5)
+    legend = [Patch(facecolor="white", edgecolor="black", label="p50"),
+              Patch(facecolor="white", edgecolor="black", hatch=P99_HATCH, label="p99")]
+    fig.legend(handles=legend, loc="upper right", fontsize=8)
+    fig.tight_layout(rect=(0, 0, 0.93, 1))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,121 @@
+"""Plain-text tables for the terminal (and Markdown for reports); no third-party dependency."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+# (header with unit, comparison-table column, kind): kind picks the formatting.
+COMPARISON_VIEW = (
+    ("completed", "completed", "int"),
+    ("req/s", "request_throughput", "num"),
+    ("out tok/s", "output_throughput", "num"),
+    ("TTFT p50 ms", "ttft_p50_ms", "num"),
+    ("TTFT p99 ms", "ttft_p99_ms", "num"),
+    ("TPOT p50 ms", "tpot_p50_ms", "num"),
+    ("TPOT p99 ms", "tpot_p99_ms", "num"),
+    ("ITL p99 ms", "itl_p99_ms", "num"),
+    ("E2EL p50 ms", "e2el_p50_ms", "num"),
+    ("E2EL p99 ms", "e2el_p99_ms", "num"),
+    ("queue p50 ms", "queue_p50_ms", "num"),
+    ("goodput req/s", "goodput", "num"),
+    ("SLO %", "slo_attainment", "pct"),
+    ("pad %", "padding_waste_frac", "pct"),
+    ("busy %", "busy_frac", "pct"),
+    ("MFU %", "mfu", "pct"),
+    ("MBU %", "mbu", "pct"),
+    ("KV peak %", "kv_peak_frac", "pct"),
+    ("preempt", "preemptions", "int"),
+)
+LATENCY_ROWS = (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"), ("E2EL", "e2el_ms"), ("queue", "queue_ms"))
+
+
+def _missing(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def fmt_num(x) -> str:
+    """A number rounded for reading: about 3-4 significant digits, '-' when missing."""
+    if _missing(x):
+        return "-"
+    x = float(x)
+    if x == 0:
+        return "0"
+    a = abs(x)
+    if a >= 1000:
+        return f"{x:,.0f}"
+    if a >= 10:
+        return f"{x:.1f}"
+    if a >= 1:
+        return f"{x:.2f}"
+    return f"{x:.3g}"
+
+
+def fmt_pct(x) -> str:
+    """A fraction as a percentage with one decimal, '-' when missing."""
+    return "-" if _missing(x) else f"{100 * float(x):.1f}"
+
+
+def fmt_int(x) -> str:
+    """An integer count, '-' when missing."""
+    return "-" if _missing(x) else f"{int(x):d}"
+
+
+_FORMATS = {"num": fmt_num, "pct": fmt_pct, "int": fmt_int}
+
+
+def render(headers: list[str], rows: list[list[str]], markdown: bool = False) -> str:
+    """Align string cells: first column left, the rest right; plain text or a Markdown table."""
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells: list[str]) -> list[str]:
+        return [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))]
+
+    if markdown:
+        rule = [":" + "-" * max(w - 1, 2) if i == 0 else "-" * max(w - 1, 2) + ":" for i, w in enumerate(widths)]
+        out = [line(headers), rule, *(line(r) for r in rows)]
+        return "\n".join("| " + " | ".join(cells) + " |" for cells in out)
+    out = [line(headers), ["-" * w for w in widths], *(line(r) for r in rows)]
+    return "\n".join("  ".join(cells).rstrip() for cells in out)
+
+
+def _comparison_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    headers = ["policy"] + [h for h, _, _ in COMPARISON_VIEW]
+    rows = []
+    for rec in table.to_dict("records"):
+        rows.append([str(rec["policy"])] + [_FORMATS[k](rec.get(col)) for _, col, k in COMPARISON_VIEW])
+    return headers, rows
+
+
+def format_comparison(table: pd.DataFrame) -> str:
+    """The comparison table (see ``metrics.comparison_table``) as aligned plain text."""
+    return render(*_comparison_rows(table))
+
+
+def format_comparison_markdown(table: pd.DataFrame) -> str:
+    """The comparison table as a Markdown (GitHub) table."""
+    return render(*_comparison_rows(table), markdown=True)
+
+
+def format_summary(summary: dict, title: str) -> str:
+    """One run's summary as a compact aligned block for the terminal."""
+    s = summary
+    head = [
+        f"== {title} ==",
+        f"requests      {s['num_requests']} ({s['completed']} completed) in {fmt_num(s['duration_s'])} s",
+        f"throughput    {fmt_num(s['request_throughput'])} req/s, {fmt_num(s['output_throughput'])} output tok/s,"
+        f" {fmt_num(s['total_token_throughput'])} total tok/s",
+    ]
+    lat_rows = [
+        [name] + [fmt_num((s[key] or {}).get(stat)) for stat in ("mean", "median", "p90", "p99")]
+        for name, key in LATENCY_ROWS
+    ]
+    lat = render(["latency (ms)", "mean", "p50", "p90", "p99"], lat_rows)
+    tail = [
+        f"goodput       {fmt_num(s['goodput'])} req/s, SLO attainment {fmt_pct(s['slo_attainment'])} %",
+        f"padding waste {fmt_pct(s['padding_waste_frac'])} %, busy {fmt_pct(s['busy_frac'])} %",
+        f"MFU {fmt_pct(s['mfu'])} %, MBU {fmt_pct(s['mbu'])} % (while busy), KV peak {fmt_pct(s['kv_peak_frac'])} %",
+        f"preemptions   {s['preemptions']}",
+    ]
+    return "\n".join(head + [lat] + tail)
