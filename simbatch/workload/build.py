@@ -1,0 +1,140 @@
+"""Build a scenario's ``workload:`` section into a :class:`Workload`.
+
+Exactly one source (``trace``, ``synthetic`` or inline ``requests``), then the
+options in a fixed order: ``window`` -> ``num_requests`` -> ``rate_scale`` ->
+``max_total_tokens``. Windowing first means ``num_requests`` counts requests
+inside the window, and scaling after cutting keeps ``window`` in the trace's own
+(recorded) seconds, which is how people talk about "minutes 10-20 of the trace".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from simbatch.errors import SimbatchError
+from simbatch.workload import transforms
+from simbatch.workload.readers import read_trace
+from simbatch.workload.request import Request, Workload
+from simbatch.workload.synthetic import (check_keys, check_number, number, require_mapping, sample_arrivals,
+                                         synthetic_workload)
+
+SOURCES = ("trace", "synthetic", "requests")
+OPTIONS = ("window", "num_requests", "rate_scale", "max_total_tokens")
+TRACE_KEYS = ("format", "columns", "arrival")
+WORKLOAD_KEYS = (*SOURCES, *TRACE_KEYS, *OPTIONS)
+REQUEST_KEYS = ("prompt", "output", "arrival_s", "priority", "session_id", "hash_ids")
+
+
+def build_workload(spec: dict, *, base_dir: Path, seed: int, where: str) -> Workload:
+    """The workload a scenario's ``workload:`` section describes.
+
+    ``base_dir`` resolves relative trace paths; ``seed`` makes the single RNG
+    (``np.random.default_rng(seed)``) behind every random draw; ``where`` is the
+    dotted field path used in error messages (e.g. ``"chat.yaml: workload"``).
+    """
+    check_keys(require_mapping(spec, where), WORKLOAD_KEYS, where)
+    sources = [k for k in SOURCES if k in spec]
+    if len(sources) != 1:
+        got = ", ".join(sources) if sources else "none"
+        raise SimbatchError(where, f"expected exactly one source of {', '.join(SOURCES)}; got {got}")
+    if sources[0] != "trace":
+        for key in TRACE_KEYS:
+            if key in spec:
+                raise SimbatchError(f"{where}.{key}", "only allowed with 'trace'")
+    rng = np.random.default_rng(seed)
+    base_dir = Path(base_dir)
+    if "trace" in spec:
+        w = _from_trace(spec, rng, base_dir, where)
+    elif "synthetic" in spec:
+        w = synthetic_workload(spec["synthetic"], rng, f"{where}.synthetic", base_dir)
+    else:
+        w = _from_requests(spec["requests"], f"{where}.requests")
+    return _apply_options(w, spec, where)
+
+
+def _from_trace(spec: dict, rng: np.random.Generator, base_dir: Path, where: str) -> Workload:
+    trace = spec["trace"]
+    if not isinstance(trace, str) or not trace:
+        raise SimbatchError(f"{where}.trace", f"expected a file path, got {trace!r}")
+    w = read_trace(base_dir / trace, spec.get("format"), spec.get("columns"), where)
+    has_arrivals = not np.isnan(w.arrival_s).any()
+    if "arrival" in spec:
+        # An arrival process replaces (or supplies) the trace's arrival times
+        # while keeping its lengths in file order: "these requests, at this load".
+        w.arrival_s = sample_arrivals(spec["arrival"], len(w), rng, f"{where}.arrival")
+        if has_arrivals:
+            w.notes.append(f"{trace}: recorded arrivals replaced by a {spec['arrival']['kind']} process")
+    elif not has_arrivals:
+        raise SimbatchError(f"{where}.arrival", f"required: {trace} has no arrival times; "
+                                                "give a process such as {kind: poisson, rate: 5}")
+    return w
+
+
+def _from_requests(items, where: str) -> Workload:
+    if not isinstance(items, list) or not items:
+        raise SimbatchError(where, "expected a non-empty list of {prompt, output, arrival_s} entries")
+    reqs = [_inline_request(i, item, f"{where}[{i}]") for i, item in enumerate(items)]
+    w = Workload.from_requests(reqs, source="inline")
+    if any(b.arrival_s < a.arrival_s for a, b in zip(reqs, reqs[1:])):
+        w.notes.append(f"{where}: arrivals not in time order; sorted {len(reqs)} rows")
+    return w
+
+
+def _inline_request(i: int, item, where: str) -> Request:
+    check_keys(require_mapping(item, where), REQUEST_KEYS, where)
+    session, hashes = item.get("session_id"), item.get("hash_ids")
+    if hashes is not None and not (isinstance(hashes, list) and all(type(h) is int for h in hashes)):
+        raise SimbatchError(f"{where}.hash_ids", f"expected a list of integers, got {hashes!r}")
+    return Request(
+        id=i,
+        arrival_s=number(item, "arrival_s", where, default=0.0, minimum=0),
+        prompt_tokens=number(item, "prompt", where, integer=True, minimum=1),
+        output_tokens=number(item, "output", where, integer=True, minimum=1),
+        hash_ids=tuple(hashes) if hashes is not None else None,
+        session_id=None if session is None else str(session),
+        priority=number(item, "priority", where, default=0, integer=True),
+    )
+
+
+def _apply_options(w: Workload, spec: dict, where: str) -> Workload:
+    if "window" in spec:
+        win = spec["window"]
+        if not isinstance(win, list) or len(win) != 2:
+            raise SimbatchError(f"{where}.window", f"expected [start_s, end_s], got {win!r}")
+        start = check_number(win[0], f"{where}.window[0]", minimum=0)
+        end = check_number(win[1], f"{where}.window[1]", minimum=0)
+        w = transforms.time_window(w, start, end, f"{where}.window")
+    if "num_requests" in spec:
+        n = number(spec, "num_requests", where, integer=True, minimum=1)
+        w = transforms.first_n(w, n, f"{where}.num_requests")
+    if "rate_scale" in spec:
+        w = transforms.scale_rate(w, number(spec, "rate_scale", where, positive=True))
+    if "max_total_tokens" in spec:
+        m = number(spec, "max_total_tokens", where, integer=True, minimum=2)
+        w = transforms.clip_total_tokens(w, m, f"{where}.max_total_tokens")
+    return w
+
+
+def describe_workload(w: Workload) -> dict:
+    """Headline numbers of a workload, flat and JSON-ready, for reports.
+
+    ``rate`` is (n - 1) / span in req/s (None when every request arrives at
+    once); percentiles use linear interpolation, as in the traces' README.
+    """
+    n = len(w)
+    duration = float(w.arrival_s[-1] - w.arrival_s[0]) if n else 0.0
+    out = {
+        "source": w.source,
+        "num_requests": n,
+        "duration_s": duration,
+        "rate": (n - 1) / duration if duration > 0 else None,
+    }
+    for name, col in (("prompt", w.prompt_tokens), ("output", w.output_tokens)):
+        out[f"{name}_mean"] = float(np.mean(col)) if n else 0.0
+        out[f"{name}_p50"] = float(np.percentile(col, 50)) if n else 0.0
+        out[f"{name}_p99"] = float(np.percentile(col, 99)) if n else 0.0
+        out[f"{name}_total"] = int(np.sum(col))
+    out["notes"] = list(w.notes)
+    return out

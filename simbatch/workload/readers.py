@@ -1,0 +1,296 @@
+"""Trace readers: turn a request-trace file into a :class:`Workload`.
+
+Every reader maps file columns onto three roles (arrival, prompt, output, plus
+optional hash_ids / session_id / priority) and shares one loader and one set of
+vectorised checks, so a bad value anywhere is reported the same way:
+``SimbatchError("<path>:<line>", "<column>: expected ..., got '<raw>'")`` with
+1-based file lines (the CSV header is line 1). Arrivals come back in seconds,
+re-based so the first request arrives at 0.0, sorted (stable).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simbatch.errors import SimbatchError
+from simbatch.workload.request import Workload
+from simbatch.workload.transforms import take
+
+FORMATS = ("azure", "mooncake", "lengths", "generic")
+TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6}  # units per second (divide, so ms stay exact)
+GENERIC_KEYS = ("arrival", "prompt", "output", "time_unit", "hash_ids", "session_id", "priority")
+_AZURE = {"arrival": "TIMESTAMP", "prompt": "ContextTokens", "output": "GeneratedTokens"}
+_MOONCAKE = {"arrival": "timestamp", "prompt": "input_length", "output": "output_length",
+             "hash_ids": "hash_ids", "time_unit": "ms"}
+_LENGTHS = {"prompt": "num_prefill_tokens", "output": "num_decode_tokens"}
+_MISSING = object()  # a JSONL key absent from one line (told apart from an explicit null)
+
+
+@dataclass(slots=True)
+class _Table:
+    """Raw column values as loaded, plus the file line of every row (for errors)."""
+
+    path: str
+    columns: dict[str, pd.Series]
+    lines: np.ndarray
+
+    def column(self, name: str) -> pd.Series:
+        if name not in self.columns:
+            have = ", ".join(self.columns) or "none"
+            raise SimbatchError(f"{self.path}:1", f"missing column '{name}' (columns: {have})")
+        return self.columns[name]
+
+    def fail(self, row: int, name: str, expected: str) -> None:
+        raw = self.columns[name].iloc[row]
+        got = "nothing (key missing)" if raw is _MISSING else repr(raw)
+        raise SimbatchError(f"{self.path}:{self.lines[row]}", f"{name}: expected {expected}, got {got}")
+
+
+def read_azure(path: str | Path) -> Workload:
+    """Read an Azure LLM inference 2023 CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``)."""
+    return _read(path, _AZURE, "azure")
+
+
+def read_mooncake(path: str | Path) -> Workload:
+    """Read a Mooncake JSONL trace (ms ``timestamp``, lengths, 512-token ``hash_ids``)."""
+    return _read(path, _MOONCAKE, "mooncake")
+
+
+def read_lengths(path: str | Path) -> Workload:
+    """Read a ``num_prefill_tokens,num_decode_tokens`` CSV (Vidur's processed traces).
+
+    Uses ``arrived_at`` (seconds) when present; otherwise every ``arrival_s`` is
+    NaN and the caller must supply arrivals (``build_workload`` does, from an
+    ``arrival:`` spec).
+    """
+    has_arrivals = "arrived_at" in _header(_existing(path))
+    return _read(path, {**_LENGTHS, "arrival": "arrived_at"} if has_arrivals else _LENGTHS, "lengths")
+
+
+def read_generic(path: str | Path, columns: dict, where: str | None = None) -> Workload:
+    """Read any CSV / JSONL trace through a column mapping.
+
+    ``columns`` = ``{arrival, prompt, output, time_unit: s|ms|us, hash_ids,
+    session_id, priority}``; ``prompt`` and ``output`` are required. ``arrival``
+    may be numeric (in ``time_unit``) or datetime strings; without it arrivals
+    are NaN, as in :func:`read_lengths`. ``where`` labels mapping errors.
+    """
+    where = where or "columns"
+    if not isinstance(columns, dict):
+        raise SimbatchError(where, f"expected a mapping of {', '.join(GENERIC_KEYS)}, got {columns!r}")
+    for key, value in columns.items():
+        if key not in GENERIC_KEYS:
+            raise SimbatchError(f"{where}.{key}", f"unknown key; allowed: {', '.join(GENERIC_KEYS)}")
+        if not isinstance(value, str) or not value:
+            raise SimbatchError(f"{where}.{key}", f"expected a column name, got {value!r}")
+    for key in ("prompt", "output"):
+        if key not in columns:
+            raise SimbatchError(f"{where}.{key}", "missing: the column holding the token count")
+    if columns.get("time_unit", "s") not in TIME_UNITS:
+        raise SimbatchError(f"{where}.time_unit", f"expected one of {', '.join(TIME_UNITS)}, "
+                            f"got {columns['time_unit']!r}")
+    return _read(path, columns, "generic")
+
+
+def read_trace(path: str | Path, fmt: str | None = None, columns: dict | None = None,
+               where: str = "workload") -> Workload:
+    """Read a trace in ``fmt`` (inferred by :func:`detect_format` when None)."""
+    fmt = fmt or detect_format(path)
+    if fmt not in FORMATS:
+        raise SimbatchError(f"{where}.format", f"unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
+    if fmt == "generic":
+        if columns is None:
+            raise SimbatchError(f"{where}.columns", f"required to read {path} as a generic trace")
+        return read_generic(path, columns, f"{where}.columns")
+    if columns is not None:
+        raise SimbatchError(f"{where}.columns", f"only allowed with format: generic (this is {fmt})")
+    return {"azure": read_azure, "mooncake": read_mooncake, "lengths": read_lengths}[fmt](path)
+
+
+def detect_format(path: str | Path) -> str:
+    """Guess a trace's format from its extension and first line."""
+    p = _existing(path)
+    if _is_jsonl(p):
+        try:
+            first = json.loads(_first_line(p))
+        except json.JSONDecodeError:
+            return "generic"  # the reader will say which line is broken
+        keys = set(first) if isinstance(first, dict) else set()
+        return "mooncake" if {"timestamp", "input_length", "output_length"} <= keys else "generic"
+    header = _header(p)
+    if set(_AZURE.values()) <= header:
+        return "azure"
+    return "lengths" if set(_LENGTHS.values()) <= header else "generic"
+
+
+# --- loading ---------------------------------------------------------------
+
+def _existing(path: str | Path) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        raise SimbatchError(str(path), "trace file not found")
+    return p
+
+
+def _first_line(p: Path) -> str:
+    with p.open(encoding="utf-8-sig", errors="replace") as f:
+        return next((line for line in f if line.strip()), "")
+
+
+def _header(p: Path) -> set[str]:
+    return {c.strip() for c in _first_line(p).strip().split(",")}
+
+
+def _is_jsonl(p: Path) -> bool:
+    if p.suffix.lower() in (".jsonl", ".json"):
+        return True
+    return p.suffix.lower() != ".csv" and _first_line(p).lstrip().startswith("{")
+
+
+def _load(path: str | Path) -> _Table:
+    p = _existing(path)
+    try:
+        return _load_jsonl(p) if _is_jsonl(p) else _load_csv(p)
+    except UnicodeDecodeError as e:
+        raise SimbatchError(str(path), f"not a UTF-8 text file ({e.reason})") from None
+
+
+def _load_csv(p: Path) -> _Table:
+    # pandas' C parser does the heavy lifting; rows keep their raw strings so a
+    # bad value is quoted back exactly. Blank lines are kept while parsing so
+    # that row i is file line i + 2, then dropped.
+    try:
+        df = pd.read_csv(p, dtype=str, keep_default_na=False, skip_blank_lines=False,
+                         encoding="utf-8-sig")
+    except pd.errors.EmptyDataError:
+        raise SimbatchError(str(p), "file is empty") from None
+    except pd.errors.ParserError as e:
+        m = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(e))
+        if not m:
+            raise SimbatchError(str(p), f"malformed CSV ({str(e).strip()})") from None
+        raise SimbatchError(f"{p}:{m[2]}", f"expected {m[1]} fields, got {m[3]}") from None
+    df.columns = [str(c).strip() for c in df.columns]
+    lines = np.arange(2, len(df) + 2)
+    keep = _check_short_rows(p, df, lines)
+    return _Table(str(p), {c: df[c][keep].reset_index(drop=True) for c in df.columns}, lines[keep])
+
+
+def _check_short_rows(p: Path, df: pd.DataFrame, lines: np.ndarray) -> np.ndarray:
+    """Drop blank lines and reject rows with too few fields (pandas pads them with '')."""
+    keep = np.ones(len(df), dtype=bool)
+    suspects = np.flatnonzero(df.iloc[:, -1].to_numpy() == "") if len(df) else []
+    if len(suspects) == 0:
+        return keep
+    raw = p.read_text(encoding="utf-8-sig").splitlines()
+    for i in suspects:
+        text = raw[lines[i] - 1]
+        if not text.strip():
+            keep[i] = False
+            continue
+        got = len(next(csv.reader([text])))
+        if got != df.shape[1]:
+            raise SimbatchError(f"{p}:{lines[i]}", f"expected {df.shape[1]} fields, got {got}")
+    return keep
+
+
+def _load_jsonl(p: Path) -> _Table:
+    records, lines = [], []
+    with p.open(encoding="utf-8-sig") as f:
+        for lineno, text in enumerate(f, start=1):
+            if not text.strip():
+                continue
+            try:
+                rec = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise SimbatchError(f"{p}:{lineno}", f"invalid JSON ({e.msg})") from None
+            if not isinstance(rec, dict):
+                raise SimbatchError(f"{p}:{lineno}", f"expected a JSON object, got {type(rec).__name__}")
+            records.append(rec)
+            lines.append(lineno)
+    names = dict.fromkeys(k for rec in records for k in rec)  # union, first-seen order
+    cols = {k: pd.Series([rec.get(k, _MISSING) for rec in records], dtype=object) for k in names}
+    return _Table(str(p), cols, np.array(lines, dtype=np.int64))
+
+
+# --- converting columns ------------------------------------------------------
+
+def _read(path: str | Path, roles: dict, source_kind: str) -> Workload:
+    t = _load(path)
+    if len(t.lines) == 0:
+        raise SimbatchError(str(path), "empty trace: no requests")
+    prompt = _ints(t, roles["prompt"], minimum=1)
+    output = _ints(t, roles["output"], minimum=1)
+    arrival = (_arrivals(t, roles["arrival"], TIME_UNITS[roles.get("time_unit", "s")])
+               if "arrival" in roles else np.full(len(prompt), np.nan))
+    hash_ids = _hash_ids(t, roles["hash_ids"]) if "hash_ids" in roles else None
+    session = _sessions(t, roles["session_id"]) if "session_id" in roles else None
+    priority = _ints(t, roles["priority"], minimum=None) if "priority" in roles else None
+    w = Workload(arrival, prompt, output, hash_ids, session, priority,
+                 source=f"{source_kind}:{Path(path).name}")
+    return _sorted_from_zero(w, str(path))
+
+
+def _ints(t: _Table, name: str, minimum: int | None) -> np.ndarray:
+    values = pd.to_numeric(t.column(name), errors="coerce").to_numpy(dtype=np.float64)
+    # Integral floats ("374.0") are accepted: some tools write counts that way.
+    bad = ~np.isfinite(values) | (values != np.floor(values))
+    if minimum is not None:
+        bad |= values < minimum
+    if bad.any():
+        t.fail(int(np.argmax(bad)), name, "a positive integer" if minimum == 1 else "an integer")
+    return values.astype(np.int64)
+
+
+def _arrivals(t: _Table, name: str, per_second: float) -> np.ndarray:
+    raw = t.column(name)
+    if raw.iloc[0] is _MISSING:
+        t.fail(0, name, "a number or a timestamp")
+    numbers = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+    if np.isfinite(numbers[0]):  # the first row decides: numeric offsets or datetimes
+        bad = ~np.isfinite(numbers)
+        if bad.any():
+            t.fail(int(np.argmax(bad)), name, "a number")
+        return numbers / per_second
+    try:
+        stamps = pd.to_datetime(raw, format="mixed", errors="coerce")
+    except (ValueError, TypeError) as e:
+        raise SimbatchError(t.path, f"{name}: cannot parse timestamps ({e})") from None
+    bad = stamps.isna().to_numpy()
+    if bad.any():
+        t.fail(int(np.argmax(bad)), name, "a number or a timestamp like 2023-11-16 18:17:03.97")
+    return (stamps - stamps.min()).dt.total_seconds().to_numpy(dtype=np.float64)
+
+
+def _hash_ids(t: _Table, name: str) -> list[tuple[int, ...]]:
+    out = []
+    for i, v in enumerate(t.column(name)):
+        if isinstance(v, str):  # CSV cell such as "[1, 2, 3]" or "1 2 3"
+            parts = [s for s in re.split(r"[\s,;\[\]]+", v) if s]
+            v = [int(s) for s in parts] if all(re.fullmatch(r"-?\d+", s) for s in parts) else None
+        if not isinstance(v, list) or not all(type(x) is int for x in v):
+            t.fail(i, name, "a list of integers")
+        out.append(tuple(v))
+    return out
+
+
+def _sessions(t: _Table, name: str) -> list[str | None]:
+    return [None if v is _MISSING or v is None or v == "" else str(v) for v in t.column(name)]
+
+
+def _sorted_from_zero(w: Workload, path: str) -> Workload:
+    """Sort rows by arrival (stable) with a note if needed; re-base to the first arrival."""
+    a = w.arrival_s
+    if np.isnan(a).all():
+        return w
+    if (np.diff(a) < 0).any():
+        w = take(w, np.argsort(a, kind="stable"))
+        w.notes.append(f"{path}: arrivals not in time order; sorted {len(a)} rows")
+    w.arrival_s = w.arrival_s - w.arrival_s[0]
+    return w
