@@ -1,0 +1,244 @@
+"""An analytic roofline cost model: a step's time from FLOPs, bytes and two rates.
+
+Each kernel group of one engine step (the linear layers, the LM head, prefill
+attention, decode attention) takes ``max(FLOPs / effective peak, bytes /
+effective bandwidth)``; tensor-parallel all-reduces and a fixed CPU overhead
+are added on top. Kernels run one after another, so the parts add up.
+
+Everything that does not depend on the plan is precomputed per GPU for the
+whole model in ``__init__``; :meth:`RooflineCostModel.step_cost` only takes a
+few C-level sums over the plan's lists (it runs once per simulated step).
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import compress
+from operator import add, mul
+
+from simbatch.costmodel.base import StepCost
+from simbatch.errors import SimbatchError
+from simbatch.hardware import GPUSpec, get_gpu
+from simbatch.models import ModelSpec, get_model
+from simbatch.plan import StepPlan
+
+DEFAULT_PARAMS: dict[str, float] = {
+    # Linear layers, FITTED (least squares on log time, all TP1 rows up to 4096
+    # tokens) to Vidur's A100-80GB Llama-2-7B profile (microsoft/vidur,
+    # data/profiling/ at commit 7d47513, copied to shared/reference/
+    # gpu_profiles/a100/Llama-2-7b-hf_mlp.csv): the per-layer median of every
+    # non-attention op but the embedding, i.e. the QKV, O, gate+up and down
+    # GEMMs plus the two norms, RoPE, SiLU-mul and the residual add, which the
+    # linear term must also pay for (~10% of it).
+    # These are effective rates, a little below pure-GEMM ones (0.72 / 0.68).
+    "compute_eff": 0.66,
+    "bw_eff": 0.63,
+    # GEMM tile quantization: cuBLAS tiles the token dimension by 128, so 129
+    # tokens cost like 256 on the compute side (visible as steps in Vidur's
+    # profile; modelling it cuts the worst error on 7B from 33% to 14%).
+    "gemm_tile_tokens": 128,
+    # Attention, NOT fitted. Prefill: FlashAttention-2 (Dao, 2023) reaches
+    # 50-73% of A100 peak in the forward pass, the low end for the short,
+    # causal, variable-length sequences of serving. Decode: paged decode
+    # kernels (vLLM PagedAttention, FlashInfer, Flash-Decoding) are
+    # bandwidth-bound and get close to peak only on long contexts; 0.7 is a
+    # middle value. A measured `profile` cost model should replace both.
+    "attn_compute_eff": 0.5,
+    "attn_bw_eff": 0.7,
+    # All-reduce: Vidur's A100 NCCL profiles (pairwise NVLink and DGX, 2-8
+    # GPUs, 50-100 MB messages) move ~200 GB/s per direction against the
+    # datasheet's 300 GB/s.
+    "allreduce_eff": 0.65,
+    # CPU time per step the GPU waits for (scheduling, input preparation,
+    # sampling, launch). vLLM >= 0.6 overlaps most of it with the GPU (async
+    # output processing, multi-step / async scheduling); ~1 ms is what stays
+    # exposed. Before that, vLLM's blog (Sept 2024) measured the GPU busy only
+    # 38% of the time for Llama-3-8B on an H100: set several ms to model that.
+    "step_overhead_s": 1e-3,
+    "per_seq_overhead_s": 0.0,
+}
+_EFFICIENCIES = ("compute_eff", "bw_eff", "attn_compute_eff", "attn_bw_eff", "allreduce_eff")
+
+
+class RooflineCostModel:
+    """Prices a :class:`StepPlan` with a per-kernel roofline (see the module docstring)."""
+
+    name = "roofline"
+
+    def __init__(self, model: ModelSpec | str | dict, gpu: GPUSpec | str | dict,
+                 tensor_parallel: int = 1, **params: float):
+        self.model = get_model(model, "model")
+        self.gpu = get_gpu(gpu, "gpu")
+        self.tensor_parallel = check_tensor_parallel(tensor_parallel, self.model, "tensor_parallel")
+        self.params = check_params(params, "cost_model")
+        self._precompute()
+
+    def describe(self) -> dict:
+        """Kind, source, what is priced, and every parameter (defaults included)."""
+        return {"kind": "roofline", "source": "analytic", "model": self.model.name,
+                "gpu": self.gpu.name, "tensor_parallel": self.tensor_parallel, **self.params}
+
+    def _precompute(self) -> None:
+        """Per-GPU, whole-model constants: FLOPs and bytes per token, per row, per pair."""
+        m, g, p, tp = self.model, self.gpu, self.params, self.tensor_parallel
+        L, h, dt = m.num_layers, m.hidden_size, m.dtype_bytes
+        q = m.q_size // tp
+        kv = max(1, m.num_kv_heads // tp) * m.head_dim  # KV heads are replicated when tp > heads
+        mlp_out = (2 if m.gated_mlp else 1) * m.intermediate_size // tp
+        inter = m.intermediate_size // tp
+        params = L * (h * (q + 2 * kv) + q * h + (mlp_out + inter) * h)
+        self._lin_flops_tok = 2.0 * params
+        self._lin_weight_bytes = float(params * dt)
+        # Activations each GEMM reads and writes (QKV, O, up, down), per token.
+        self._lin_act_tok = float(L * dt * (h + q + 2 * kv + q + h + h + mlp_out + inter + h))
+        self._lin_inv_flops = 1.0 / (g.peak_flops * p["compute_eff"])
+        self._inv_bw = 1.0 / (g.hbm_bandwidth * p["bw_eff"])
+        self._tile = int(p["gemm_tile_tokens"])
+        # LM head (vocab-parallel): one row of logits per slot.
+        vocab = m.vocab_size / tp
+        self._lm_flops_row = 2.0 * h * vocab
+        self._lm_weight_bytes = h * vocab * dt
+        self._lm_act_row = (h + vocab) * dt
+        # Attention: 4 FLOPs per (query, key) pair per head dim (QK^T and PV).
+        self._attn_flops_pair = 4.0 * q * L
+        self._attn_kv_tok = float(L * 2 * kv * dt)
+        self._attn_q_tok = float(L * 2 * q * dt)  # Q in, O out
+        self._attn_inv_flops = 1.0 / (g.peak_flops * p["attn_compute_eff"])
+        self._attn_inv_bw = 1.0 / (g.hbm_bandwidth * p["attn_bw_eff"])
+        # Two ring all-reduces per layer (after O and after down) of T x hidden.
+        if tp > 1:
+            link = g.link_bandwidth * p["allreduce_eff"]
+            self._ar_tok = 2 * L * 2 * (tp - 1) / tp * h * dt / link
+            self._ar_fixed = 2 * L * g.link_latency_s
+        else:
+            self._ar_tok = self._ar_fixed = 0.0
+
+    def step_cost(self, plan: StepPlan) -> StepCost:
+        """Seconds for one step, split by part; useful FLOPs/bytes exclude padding."""
+        new, ctx, pad = plan.num_new_tokens, plan.num_context_tokens, plan.num_pad_tokens
+        rids = plan.request_ids
+        q = new if pad is None else list(map(add, new, pad))
+        work = _work(q, ctx, plan.num_decode_slots)
+        tokens, rows, dec, pre = work
+        lin = self._linear_seconds(tokens)
+        lm = max(rows * self._lm_flops_row * self._lin_inv_flops,
+                 (self._lm_weight_bytes + rows * self._lm_act_row) * self._inv_bw) if rows else 0.0
+        p = self.params
+        bd = {
+            "linear": lin,
+            "lm_head": lm,
+            "attn_prefill": self._attn_seconds(pre),
+            "attn_decode": self._attn_seconds(dec),
+            "allreduce": tokens * self._ar_tok + self._ar_fixed if tokens else 0.0,
+            "overhead": p["step_overhead_s"] + p["per_seq_overhead_s"] * (len(rids) - rids.count(-1)),
+        }
+        if pad is not None or -1 in rids:  # padding present: count kept work only
+            kept = _zero_padding_slots(new, rids) if -1 in rids else new
+            work = _work(kept, ctx, plan.num_decode_slots)
+        flops, nbytes = self._counts(work)
+        return StepCost(sum(bd.values()), bd, flops, nbytes)
+
+    def _linear_seconds(self, tokens: int) -> float:
+        """QKV/O/MLP GEMMs of all layers over ``tokens`` rows."""
+        if not tokens:
+            return 0.0
+        tiled = -(-tokens // self._tile) * self._tile if self._tile > 1 else tokens
+        return max(tiled * self._lin_flops_tok * self._lin_inv_flops,
+                   (self._lin_weight_bytes + tokens * self._lin_act_tok) * self._inv_bw)
+
+    def _attn_seconds(self, sums: tuple) -> float:
+        """One attention kernel over its slots' summed (pairs, KV tokens, query tokens)."""
+        pairs, kv_tokens, q_tokens = sums
+        if not q_tokens:
+            return 0.0
+        return max(pairs * self._attn_flops_pair * self._attn_inv_flops,
+                   (kv_tokens * self._attn_kv_tok + q_tokens * self._attn_q_tok) * self._attn_inv_bw)
+
+    def _counts(self, work: tuple) -> tuple[float, float]:
+        """FLOPs and HBM bytes (per GPU) of the work :func:`_work` summed."""
+        tokens, rows, (dp, dkv, dq), (pp, pkv, pq) = work
+        flops = (tokens * self._lin_flops_tok + rows * self._lm_flops_row
+                 + (dp + pp) * self._attn_flops_pair)
+        nbytes = (dkv + pkv) * self._attn_kv_tok + (dq + pq) * self._attn_q_tok
+        if tokens:
+            nbytes += self._lin_weight_bytes + tokens * self._lin_act_tok
+        if rows:
+            nbytes += self._lm_weight_bytes + rows * self._lm_act_row
+        return float(flops), float(nbytes)
+
+
+def _work(q: list[int], ctx: list[int], num_decode: int) -> tuple:
+    """(tokens, logit rows, decode sums, prefill sums) for per-slot query lengths ``q``."""
+    n = len(q)
+    if num_decode == n:
+        dec, pre = _attn_sums(q, ctx), (0, 0, 0)
+    elif num_decode == 0:
+        dec, pre = (0, 0, 0), _attn_sums(q, ctx)
+    else:
+        dec = _attn_sums(q[:num_decode], ctx[:num_decode])
+        pre = _attn_sums(q[num_decode:], ctx[num_decode:])
+    return dec[2] + pre[2], n - q.count(0), dec, pre
+
+
+def _zero_padding_slots(new: list[int], rids: list[int]) -> list[int]:
+    """``new`` with padding-only slots (request id -1) zeroed.
+
+    ``list.index`` scans in C, faster than a comprehension when few slots are
+    padding (the usual case) and no slower when most are.
+    """
+    kept = new.copy()
+    i = rids.index(-1)
+    try:
+        while True:
+            kept[i] = 0
+            i = rids.index(-1, i + 1)
+    except ValueError:
+        return kept
+
+
+def _attn_sums(q: list[int], ctx: list[int]) -> tuple:
+    """(causal score pairs, KV tokens read, query tokens) summed over slots.
+
+    A slot with ``q`` queries over ``c`` cached tokens scores ``q*c`` pairs
+    against the cache and ``q*(q+1)/2`` causally among its own tokens; it reads
+    ``c + q`` tokens of KV. Slots with no query tokens run nothing.
+    """
+    sq = sum(q)
+    if not sq:
+        return 0, 0, 0
+    zeros = q.count(0)
+    sc = sum(compress(ctx, q)) if zeros else sum(ctx)
+    if sq == len(q) - zeros:  # every running slot has one query token (decode)
+        return sc + sq, sc + sq, sq
+    pairs = sum(map(mul, q, ctx)) + (sum(map(mul, q, q)) + sq) // 2
+    return pairs, sc + sq, sq
+
+
+def check_tensor_parallel(tp, model: ModelSpec, where: str) -> int:
+    """A valid tensor-parallel degree for ``model``: it must split heads evenly."""
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise SimbatchError(where, f"must be a positive integer, got {tp!r}")
+    kv = model.num_kv_heads
+    if model.num_heads % tp or (kv % tp and tp % kv):
+        raise SimbatchError(where, f"{tp} does not split {model.name}'s {model.num_heads} heads "
+                                   f"/ {kv} KV heads evenly")
+    return tp
+
+
+def check_params(params: dict, where: str) -> dict[str, float]:
+    """Defaults overlaid with ``params``, after checking names and ranges."""
+    out = dict(DEFAULT_PARAMS)
+    for key, value in params.items():
+        here = f"{where}.{key}"
+        if key not in DEFAULT_PARAMS:
+            raise SimbatchError(here, f"unknown roofline parameter; allowed: {', '.join(DEFAULT_PARAMS)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise SimbatchError(here, f"must be a finite number, got {value!r}")
+        if key in _EFFICIENCIES and not 0 < value <= 1:
+            raise SimbatchError(here, f"must be in (0, 1], got {value!r}")
+        if key == "gemm_tile_tokens" and (value < 1 or value != int(value)):
+            raise SimbatchError(here, f"must be a positive integer (1 disables tiling), got {value!r}")
+        if value < 0:
+            raise SimbatchError(here, f"must be >= 0, got {value!r}")
+        out[key] = value
+    return out
