@@ -47,7 +47,7 @@ class StepPlan:
     @property
     def num_seqs(self) -> int:
         """Live requests in the batch (padding-only slots excluded)."""
-        return sum(1 for r in self.request_ids if r >= 0)
+        return len(self.request_ids) - self.request_ids.count(-1)
 
     @property
     def num_padded_tokens(self) -> int:

@@ -83,6 +83,14 @@ class Replica:
                 first_scheduled[rid] = start
             seq.num_computed += n
             if seq.num_computed == seq.num_tokens:
+                g = seq.num_generated + 1
+                if seq.run_last == step - 1 and 1 < g < seq.output_tokens:
+                    # Hot path (most tokens): a decode that extends its token run and
+                    # is neither the first nor the last token. Same effect as emit().
+                    seq.run_last = step
+                    seq.num_generated = g
+                    seq.num_tokens += 1
+                    continue
                 self.emit(seq, step, end)
                 if seq.status == FINISHED:
                     finished.append(seq)

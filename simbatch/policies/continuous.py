@@ -70,10 +70,15 @@ class ContinuousPolicy(IterationPolicy):
         the current one, so nothing already scheduled is ever taken back.
         """
         scheduled = []
+        block_size = self.kv.block_size
         for seq in list(self.running):
-            if seq.status != RUNNING or not self.may_grow(seq, 1):
+            # Hot path: most decodes still have room in their last block.
+            if seq.num_computed < seq.num_blocks * block_size and seq.status == RUNNING:
+                scheduled.append(seq)
+            elif seq.status != RUNNING or not self.may_grow(seq, 1):
                 break
-            scheduled.append(seq)
+            else:
+                scheduled.append(seq)
         return scheduled
 
     def admit_prefills(self, budget: int) -> list[Sequence]:
