@@ -1,0 +1,108 @@
+"""The command line: outputs on success; one line, exit 2 and no files on bad input."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from simbatch.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+CLASSROOM = str(ROOT / "scenarios" / "classroom.yaml")
+
+SCENARIO = """\
+name: t
+workload:
+{workload}
+model: {model}
+hardware: {hardware}
+policy: {{kind: continuous}}
+"""
+
+
+def write_scenario(tmp_path, workload="  requests: [{prompt: 10, output: 3}]", model="llama-2-7b",
+                   hardware="a100-80gb"):
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO.format(workload=workload, model=model, hardware=hardware))
+    return path
+
+
+def test_run_writes_summary_and_tables(tmp_path, capsys):
+    assert main(["run", CLASSROOM, "--out", str(tmp_path / "o")]) == 0
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["completed"] == 4 and summary["policy"]["kind"] == "static"
+    requests = pd.read_csv(tmp_path / "o" / "requests.csv")
+    assert list(requests["id"]) == [0, 1, 2, 3]
+    steps = pd.read_csv(tmp_path / "o" / "steps.csv")
+    assert steps["padded_tokens"].sum() > 0  # static batching pads
+    assert "TTFT" in capsys.readouterr().out
+
+
+def test_set_overrides_reach_the_run(tmp_path):
+    assert main(["run", CLASSROOM, "--set", "policy.kind=continuous", "--set", "policy.max_num_seqs=4",
+                 "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["policy"]["kind"] == "continuous" and summary["policy"]["max_num_seqs"] == 4
+    assert summary["padding_waste_frac"] == 0
+
+
+def test_compare_writes_table_plot_and_runs(tmp_path, capsys):
+    assert main(["compare", CLASSROOM, "--out", str(tmp_path)]) == 0
+    table = pd.read_csv(tmp_path / "comparison.csv")
+    assert list(table["policy"]) == ["static", "dynamic", "continuous", "chunked_prefill"]
+    assert (tmp_path / "comparison.png").stat().st_size > 10_000
+    for kind in table["policy"]:
+        assert (tmp_path / kind / "summary.json").exists()
+    # the classroom example: continuous batching hands freed slots on, so the
+    # last request finishes earlier than under static batching
+    e2e = dict(zip(table["policy"], table["e2el_p99_ms"]))
+    assert e2e["continuous"] < e2e["static"]
+
+
+@pytest.mark.parametrize("kwargs, argv_extra, where, cause", [
+    ({"workload": "  trace: nowhere.csv"}, [], "nowhere.csv", "not found"),
+    ({"model": "llama-9"}, [], "s.yaml: model", "llama-2-7b"),
+    ({"hardware": "tpu-v9"}, [], "s.yaml: hardware", "a100-80gb"),
+    ({"workload": "  requests: [{prompt: -5, output: 3}]"}, [], "s.yaml: workload.requests[0].prompt", ""),
+    ({"workload": "  requests: [{prompt: 200000, output: 3}]"}, [], "s.yaml: workload", "needs"),
+    ({}, ["--set", "policy.kind=fifo"], "s.yaml: policy.kind", "allowed"),
+    ({}, ["--set", "policy"], "--set policy", "KEY=VALUE"),
+    ({}, ["--set", "policy.max_num_seqs=lots"], "s.yaml: policy.max_num_seqs", "integer"),
+])
+def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path, capsys, kwargs, argv_extra, where, cause):
+    path = write_scenario(tmp_path, **kwargs)
+    out_dir = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out_dir), *argv_extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("simbatch: error: ") and "\n" not in err
+    assert where in err and cause in err
+    assert not out_dir.exists()
+
+
+def test_malformed_trace_row_names_file_and_line(tmp_path, capsys):
+    (tmp_path / "t.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\r\n"
+                                    "2023-11-16 18:15:46.6805900,374,44\r\n"
+                                    "2023-11-16 18:15:47.0000000,12x,44\r\n")
+    path = write_scenario(tmp_path, workload="  trace: t.csv")
+    assert main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "t.csv:3" in err and "ContextTokens" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_console_script_reports_errors_without_traceback(tmp_path):
+    path = write_scenario(tmp_path, model="nope")
+    proc = subprocess.run([sys.executable, "-m", "simbatch", "run", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_core_runs_without_torch():
+    code = ("import sys; import simbatch.api as a; out = a.run(a.load_scenario(sys.argv[1])); "
+            "assert 'torch' not in sys.modules; print(out.summary['completed'])")
+    proc = subprocess.run([sys.executable, "-c", code, CLASSROOM], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "4"
