@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,13 +75,28 @@ def run(scenario: Scenario) -> RunOutput:
                      steps_table(result.log))
 
 
-def compare(scenario: Scenario, policies: list[str] | None = None) -> tuple[dict[str, RunOutput], pd.DataFrame]:
+def run_policy(scenario: Scenario, kind: str) -> RunOutput:
+    """``scenario`` under policy ``kind`` (see :meth:`Scenario.with_policy`)."""
+    return run(scenario.with_policy(kind))
+
+
+def compare(scenario: Scenario, policies: list[str] | None = None,
+            jobs: int | None = None) -> tuple[dict[str, RunOutput], pd.DataFrame]:
     """Run the same workload under each policy; return the runs and one comparison table.
 
     Each policy takes its parameters from the scenario's ``policies.<kind>``
     section, or from ``policy`` when that is the same kind, else its defaults.
+    Runs fan out over ``jobs`` processes (default: one per core); a run is a
+    function of its scenario and seed, so the results do not depend on ``jobs``.
     """
-    runs = {kind: run(scenario.with_policy(kind)) for kind in (policies or POLICY_ORDER)}
+    kinds = list(policies or POLICY_ORDER)
+    jobs = min(len(kinds), jobs or os.cpu_count() or 1)
+    if jobs <= 1:
+        outs = [run_policy(scenario, k) for k in kinds]
+    else:
+        with ProcessPoolExecutor(jobs) as pool:
+            outs = list(pool.map(run_policy, [scenario] * len(kinds), kinds))
+    runs = dict(zip(kinds, outs))
     return runs, comparison_table({k: r.summary for k, r in runs.items()})
 
 
@@ -94,4 +111,4 @@ def write_compare(out_dir: str | Path, runs: dict[str, RunOutput], table: pd.Dat
     plot_comparison({k: r.summary for k, r in runs.items()}, out_dir / "comparison.png")
 
 
-__all__ = ["RunOutput", "compare", "load_scenario", "run", "write_compare", "POLICY_ORDER"]
+__all__ = ["RunOutput", "compare", "load_scenario", "run", "run_policy", "write_compare", "POLICY_ORDER"]

@@ -29,6 +29,17 @@ def resolve_scenario_path(arg: str) -> Path:
     return bundled if bundled.exists() else path
 
 
+MAX_NOTES = 3  # per run on the terminal; run.log keeps them all
+
+
+def print_notes(messages: list[str], prefix: str = "note") -> None:
+    """The first few remarks of a run on stderr, and how many more run.log holds."""
+    for m in messages[:MAX_NOTES]:
+        print(f"{prefix}: {m}", file=sys.stderr)
+    if len(messages) > MAX_NOTES:
+        print(f"{prefix}: ... and {len(messages) - MAX_NOTES} more (all in run.log with --out)", file=sys.stderr)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (two subcommands)."""
     p = argparse.ArgumentParser(prog="simbatch", description="Simulate LLM-inference batching policies.")
@@ -43,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", parents=[common], help="run one workload under several policies")
     c.add_argument("--policies", default="static,dynamic,continuous,chunked_prefill",
                    help="comma-separated policy kinds (default: all four)")
+    c.add_argument("--jobs", type=int, default=None,
+                   help="processes to run policies in parallel (default: one per core)")
     return p
 
 
@@ -53,8 +66,7 @@ def cmd_run(args) -> None:
 
     scenario = load_scenario(resolve_scenario_path(args.scenario), args.overrides)
     out = run(scenario)
-    for m in out.messages:
-        print(f"note: {m}", file=sys.stderr)
+    print_notes(out.messages)
     print(format_summary(out.summary, title=f"{scenario.name}: {out.summary['policy']['kind']}"))
     if args.out:
         out.write(args.out)
@@ -71,10 +83,9 @@ def cmd_compare(args) -> None:
     kinds = [k.strip() for k in args.policies.split(",") if k.strip()]
     for k in kinds:
         policy_class({"kind": k}, "--policies")
-    runs, table = compare(scenario, kinds)
+    runs, table = compare(scenario, kinds, jobs=args.jobs)
     for kind, r in runs.items():
-        for m in r.messages:
-            print(f"note [{kind}]: {m}", file=sys.stderr)
+        print_notes(r.messages, f"note [{kind}]")
     print(f"{scenario.name}: {runs[kinds[0]].summary['model']['name']} on "
           f"{runs[kinds[0]].summary['hardware']['name']}, {runs[kinds[0]].summary['num_requests']} requests")
     print(format_comparison(table))
