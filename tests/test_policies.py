@@ -180,3 +180,8 @@ def test_chunked_prefill_decodes_go_first_and_are_never_stalled():
 def test_chunked_prefill_budget_defaults_to_chunk_size():
     sim = simulate_policy("chunked_prefill", {"chunk_size": 128}, [(0.0, 1000, 3)])
     assert [p.num_prefill_tokens for p in sim.backend.plans[:8]] == [128] * 7 + [104]
+
+
+def test_request_larger_than_kv_cache_fails_loudly_instead_of_looping():
+    with pytest.raises(RuntimeError, match="needs more KV blocks than exist"):
+        simulate_policy("continuous", {"watermark": 0.0}, [(0, 20, 30)], kv_blocks=2)

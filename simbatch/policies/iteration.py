@@ -41,6 +41,10 @@ class IterationPolicy(Policy):
             victim = self.newest_victim(protected)
             self.preempt(victim)
             if victim is seq:
+                if not self.running and self.kv.num_used == 0:
+                    # Alone on an empty cache and still short: it can never run
+                    # (simulate() rejects such workloads up front; this stops a livelock).
+                    raise RuntimeError(f"request {seq.id} needs more KV blocks than exist")
                 return False
         self.kv.allocate(seq, need)
         return True

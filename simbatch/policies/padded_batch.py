@@ -23,33 +23,41 @@ class PaddedBatch:
         self.max_prompt = max(s.prompt_tokens for s in seqs)
         self.max_output = max(s.output_tokens for s in seqs)
         self.num_decodes_done = -1  # -1: prefill not run yet
+        self.num_finished = 0
+        self._rows: tuple[list[int], list[int], list[int]] | None = None  # ids, new, pad
 
     def next_plan(self) -> StepPlan:
         """The batch's next step (the engine has applied the previous one)."""
         self.num_decodes_done += 1
+        n = len(self.seqs)
         if self.num_decodes_done == 0:
             return StepPlan(
                 request_ids=[s.id for s in self.seqs],
                 num_new_tokens=[s.prompt_tokens for s in self.seqs],
-                num_context_tokens=[0] * len(self.seqs),
+                num_context_tokens=[0] * n,
                 num_pad_tokens=[self.max_prompt - s.prompt_tokens for s in self.seqs],
                 num_decode_slots=0,
             )
+        if self._rows is None:  # rebuilt only when a row has finished
+            live = [s.status != FINISHED for s in self.seqs]
+            self._rows = ([s.id if ok else -1 for s, ok in zip(self.seqs, live)],
+                          [1 if ok else 0 for ok in live], [0 if ok else 1 for ok in live])
+        ids, new, pad = self._rows
         # Every row attends to the padded length: longest prompt + tokens decoded so far.
         context = self.max_prompt + self.num_decodes_done - 1
-        live = [s.status != FINISHED for s in self.seqs]
-        return StepPlan(
-            request_ids=[s.id if ok else -1 for s, ok in zip(self.seqs, live)],
-            num_new_tokens=[1 if ok else 0 for ok in live],
-            num_context_tokens=[context] * len(self.seqs),
-            num_pad_tokens=[0 if ok else 1 for ok in live],
-            num_decode_slots=len(self.seqs),
-        )
+        return StepPlan(request_ids=ids, num_new_tokens=new, num_context_tokens=[context] * n,
+                        num_pad_tokens=pad, num_decode_slots=n)
+
+    def retire(self, num_finished: int) -> None:
+        """``num_finished`` of the batch's requests emitted their last token this step."""
+        if num_finished:
+            self.num_finished += num_finished
+            self._rows = None
 
     @property
     def is_done(self) -> bool:
         """Every request in the batch has emitted its last token."""
-        return all(s.status == FINISHED for s in self.seqs)
+        return self.num_finished == len(self.seqs)
 
 
 class BatchPolicy(Policy):
@@ -81,7 +89,10 @@ class BatchPolicy(Policy):
         return self.timer
 
     def on_step_done(self, plan: StepPlan, finished: list[Sequence], now: float) -> None:
-        if self.batch is not None and self.batch.is_done:
+        if self.batch is None:
+            return
+        self.batch.retire(len(finished))
+        if self.batch.is_done:
             for s in self.batch.seqs:
                 self.kv.free(s)
             self.batch = None
