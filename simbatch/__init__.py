@@ -1,3 +1,21 @@
-"""simbatch: simulate LLM-inference batching policies on request traces."""
+"""simbatch: simulate LLM-inference batching policies on request traces.
+
+The public API (``load_scenario``, ``run``, ``compare``) lives in
+:mod:`simbatch.api` and is loaded on first use, so ``import simbatch`` stays
+light.
+"""
 
 __version__ = "0.1.0"
+
+_API = ("load_scenario", "run", "compare", "write_compare", "RunOutput", "POLICY_ORDER")
+
+
+def __getattr__(name):
+    if name in _API:
+        from simbatch import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'simbatch' has no attribute {name!r}")
+
+
+__all__ = list(_API)

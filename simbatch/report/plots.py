@@ -38,8 +38,15 @@ def _latency_panel(ax, summaries: dict[str, dict], name: str, key: str) -> None:
         color = OKABE_ITO[i % len(OKABE_ITO)]
         _bar(ax, i - 0.2, _get(s, key, "median"), 0.4, color, "")
         _bar(ax, i + 0.2, _get(s, key, "p99"), 0.4, color, P99_HATCH)
-    ax.set_title(f"{name} (p50 plain, p99 hatched)", fontsize=9)
-    ax.set_ylabel(f"{name} (ms)")
+    values = [v for s in summaries.values() for st in ("median", "p99")
+              if (v := _get(s, key, st)) is not None and v > 0]
+    # Policies can differ by orders of magnitude (an overloaded static batcher
+    # beside continuous batching): a log axis keeps every bar readable.
+    log = bool(values) and max(values) / min(values) > 100
+    if log:
+        ax.set_yscale("log")
+    ax.set_title(f"{name} (p50 plain, p99 hatched){', log scale' if log else ''}", fontsize=9)
+    ax.set_ylabel(f"{name} (ms{', log' if log else ''})")
 
 
 def _throughput_panel(ax, summaries: dict[str, dict]) -> None:
