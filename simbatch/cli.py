@@ -100,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         {"run": cmd_run, "compare": cmd_compare}[args.command](args)
     except SimbatchError as exc:
+        from simbatch.scenario import locate
+
+        exc = locate(exc, resolve_scenario_path(args.scenario), args.overrides)
         print(f"simbatch: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -7,6 +7,7 @@ anything runs, with the file and the dotted field in the message.
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,3 +175,51 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
     path = Path(path)
     data = apply_overrides(read_yaml(path), overrides or [])
     return from_dict(data, str(path), path.resolve().parent)
+
+
+def field_lines(path: Path) -> dict[str, int]:
+    """Line (1-based) of every dotted field in a YAML file, e.g. ``{"policy.max_num_seqs": 12}``."""
+    try:
+        root = yaml.compose(Path(path).read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    lines: dict[str, int] = {}
+
+    def walk(node, prefix: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                name = f"{prefix}.{key.value}" if prefix else str(key.value)
+                lines[name] = key.start_mark.line + 1
+                walk(value, name)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                lines[f"{prefix}[{i}]"] = item.start_mark.line + 1
+                walk(item, f"{prefix}[{i}]")
+
+    walk(root, "")
+    return lines
+
+
+def locate(error: SimbatchError, path: Path, overrides: list[str]) -> SimbatchError:
+    """Add the line of the offending field to an error about scenario ``path``.
+
+    ``"s.yaml: policy.max_num_seqs"`` becomes ``"s.yaml:7: policy.max_num_seqs"``
+    (the deepest field that has a line), or names ``--set`` when the value
+    came from the command line.
+    """
+    prefix = f"{path}: "
+    if not error.where.startswith(prefix):
+        return error
+    field_path = error.where[len(prefix):]
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        if field_path == key or field_path.startswith(key + ".") or field_path.startswith(key + "["):
+            return SimbatchError(f"{error.where} (from --set {key})", error.cause)
+    lines = field_lines(path)
+    probe = field_path
+    while probe and probe not in lines:
+        stripped = re.sub(r"(\.[^.\[]*|\[\d+\])$", "", probe)  # drop the last ".name" or "[i]"
+        probe = "" if stripped == probe else stripped
+    if not probe:
+        return error
+    return SimbatchError(f"{path}:{lines[probe]}: {field_path}", error.cause)

@@ -64,13 +64,13 @@ def test_compare_writes_table_plot_and_runs(tmp_path, capsys):
 
 @pytest.mark.parametrize("kwargs, argv_extra, where, cause", [
     ({"workload": "  trace: nowhere.csv"}, [], "nowhere.csv", "not found"),
-    ({"model": "llama-9"}, [], "s.yaml: model", "llama-2-7b"),
-    ({"hardware": "tpu-v9"}, [], "s.yaml: hardware", "a100-80gb"),
-    ({"workload": "  requests: [{prompt: -5, output: 3}]"}, [], "s.yaml: workload.requests[0].prompt", ""),
-    ({"workload": "  requests: [{prompt: 200000, output: 3}]"}, [], "s.yaml: workload", "needs"),
-    ({}, ["--set", "policy.kind=fifo"], "s.yaml: policy.kind", "allowed"),
+    ({"model": "llama-9"}, [], "s.yaml:4: model", "llama-2-7b"),
+    ({"hardware": "tpu-v9"}, [], "s.yaml:5: hardware", "a100-80gb"),
+    ({"workload": "  requests: [{prompt: -5, output: 3}]"}, [], "s.yaml:3: workload.requests[0].prompt", ""),
+    ({"workload": "  requests: [{prompt: 200000, output: 3}]"}, [], "s.yaml:2: workload", "needs"),
+    ({}, ["--set", "policy.kind=fifo"], "s.yaml: policy.kind (from --set policy.kind)", "allowed"),
     ({}, ["--set", "policy"], "--set policy", "KEY=VALUE"),
-    ({}, ["--set", "policy.max_num_seqs=lots"], "s.yaml: policy.max_num_seqs", "integer"),
+    ({}, ["--set", "policy.max_num_seqs=lots"], "s.yaml: policy.max_num_seqs (from --set", "integer"),
 ])
 def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path, capsys, kwargs, argv_extra, where, cause):
     path = write_scenario(tmp_path, **kwargs)
@@ -106,3 +106,15 @@ def test_core_runs_without_torch():
     proc = subprocess.run([sys.executable, "-c", code, CLASSROOM], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "4"
+
+
+def test_errors_name_the_line_of_the_field_or_the_override(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text("name: t\nworkload:\n  requests:\n    - {prompt: 10, output: 0}\n"
+                    "model: llama-2-7b\nhardware: a100-80gb\npolicy:\n  kind: continuous\n  max_num_seqs: 0\n")
+    assert main(["run", str(path)]) == 2
+    assert f"{path}:9: policy.max_num_seqs: must be >= 1" in capsys.readouterr().err
+    assert main(["run", str(path), "--set", "policy.max_num_seqs=4"]) == 2
+    assert f"{path}:4: workload.requests[0].output" in capsys.readouterr().err
+    assert main(["run", str(path), "--set", "policy.max_num_seqs=x"]) == 2
+    assert "(from --set policy.max_num_seqs)" in capsys.readouterr().err
