@@ -10,9 +10,10 @@ the same rule, about 0.5% more than the ~140.4 GiB its driver reports.
 
 from __future__ import annotations
 
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import dataclass
 
 from simbatch.errors import SimbatchError
+from simbatch.presets import spec_values
 
 GiB = 1 << 30
 GB = 1e9
@@ -61,46 +62,11 @@ GPU_PRESETS: dict[str, GPUSpec] = {
     )
 }
 
-_FIELDS = {f.name: f for f in fields(GPUSpec)}
-
-
 def get_gpu(name_or_dict: str | dict | GPUSpec, where: str = "gpu") -> GPUSpec:
-    """A GPU spec from a preset name (any case), a dict of fields, or a spec.
-
-    A dict may name ``base: <preset>`` and override some of its fields;
-    without a base every field must be given.
-    """
-    if isinstance(name_or_dict, GPUSpec):
-        return name_or_dict
-    if isinstance(name_or_dict, str):
-        return _preset(name_or_dict, where)
-    if not isinstance(name_or_dict, dict):
-        raise SimbatchError(where, f"expected a preset name or a mapping, got {type(name_or_dict).__name__}")
-    return _custom(dict(name_or_dict), where)
-
-
-def _preset(name: str, where: str) -> GPUSpec:
-    """Look a preset up by name, case-insensitively."""
-    spec = GPU_PRESETS.get(name.strip().lower())
-    if spec is None:
-        raise SimbatchError(where, f"unknown GPU {name!r}; presets: {', '.join(GPU_PRESETS)}")
-    return spec
-
-
-def _custom(entries: dict, where: str) -> GPUSpec:
-    """Build a spec from a dict of fields, on top of ``base`` when given."""
-    base = entries.pop("base", None)
-    unknown = [k for k in entries if k not in _FIELDS]
-    if unknown:
-        raise SimbatchError(f"{where}.{unknown[0]}", f"unknown field; allowed: base, {', '.join(_FIELDS)}")
-    values = asdict(_preset(str(base), f"{where}.base")) if base is not None else {"name": "custom"}
-    values.update(entries)
-    missing = [n for n, f in _FIELDS.items() if n not in values and f.default is MISSING]
-    if missing:
-        raise SimbatchError(where, f"missing field(s) {', '.join(missing)} (or give base: <preset>)")
-    for key, value in values.items():
-        values[key] = _check_field(key, value, f"{where}.{key}")
-    return GPUSpec(**values)
+    """A GPU spec from a preset name (any case), a mapping of fields (optionally
+    ``base: <preset>`` plus overrides), or a spec."""
+    values = spec_values(GPUSpec, GPU_PRESETS, name_or_dict, "GPU", where, _check_field)
+    return values if isinstance(values, GPUSpec) else GPUSpec(**values)
 
 
 def _check_field(key: str, value, where: str):

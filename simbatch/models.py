@@ -9,9 +9,10 @@ scenario's ``model:`` entry (a preset name, or a dict of fields, optionally
 
 from __future__ import annotations
 
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import dataclass
 
 from simbatch.errors import SimbatchError
+from simbatch.presets import spec_values
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,53 +100,22 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
     )
 }
 
-_FIELDS = {f.name: f for f in fields(ModelSpec)}
 _BOOL_FIELDS = {"gated_mlp", "tied_embeddings"}
 
 
 def get_model(name_or_dict: str | dict | ModelSpec, where: str = "model") -> ModelSpec:
-    """A model spec from a preset name (any case), a dict of fields, or a spec.
-
-    A dict may name ``base: <preset>`` and override some of its fields;
-    without a base every field (except the defaulted ones) must be given.
-    """
-    if isinstance(name_or_dict, ModelSpec):
-        return name_or_dict
-    if isinstance(name_or_dict, str):
-        return _preset(name_or_dict, where)
-    if not isinstance(name_or_dict, dict):
-        raise SimbatchError(where, f"expected a preset name or a mapping, got {type(name_or_dict).__name__}")
-    return _custom(dict(name_or_dict), where)
-
-
-def _preset(name: str, where: str) -> ModelSpec:
-    """Look a preset up by name, case-insensitively."""
-    spec = MODEL_PRESETS.get(name.strip().lower())
-    if spec is None:
-        raise SimbatchError(where, f"unknown model {name!r}; presets: {', '.join(MODEL_PRESETS)}")
-    return spec
-
-
-def _custom(entries: dict, where: str) -> ModelSpec:
-    """Build a spec from a dict of fields, on top of ``base`` when given."""
-    base = entries.pop("base", None)
-    unknown = [k for k in entries if k not in _FIELDS]
-    if unknown:
-        raise SimbatchError(f"{where}.{unknown[0]}", f"unknown field; allowed: base, {', '.join(_FIELDS)}")
-    values = asdict(_preset(str(base), f"{where}.base")) if base is not None else {"name": "custom"}
-    values.update(entries)
-    missing = [n for n, f in _FIELDS.items() if n not in values and f.default is MISSING]
-    if missing:
-        raise SimbatchError(where, f"missing field(s) {', '.join(missing)} (or give base: <preset>)")
-    for key, value in values.items():
-        _check_field(key, value, f"{where}.{key}")
+    """A model spec from a preset name (any case), a mapping of fields (optionally
+    ``base: <preset>`` plus overrides), or a spec."""
+    values = spec_values(ModelSpec, MODEL_PRESETS, name_or_dict, "model", where, _check_field)
+    if isinstance(values, ModelSpec):
+        return values
     if values["num_heads"] % values["num_kv_heads"]:
         raise SimbatchError(f"{where}.num_kv_heads", "must divide num_heads")
     return ModelSpec(**values)
 
 
-def _check_field(key: str, value, where: str) -> None:
-    """Type and range check of one field."""
+def _check_field(key: str, value, where: str):
+    """The value of one field, after its type and range check."""
     if key == "name":
         if not isinstance(value, str) or not value:
             raise SimbatchError(where, "must be a non-empty string")
@@ -154,3 +124,4 @@ def _check_field(key: str, value, where: str) -> None:
             raise SimbatchError(where, f"must be true or false, got {value!r}")
     elif isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise SimbatchError(where, f"must be a positive integer, got {value!r}")
+    return value

@@ -103,7 +103,6 @@ def test_dynamic_bucket_by_length_groups_similar_prompts():
 def test_continuous_admits_at_next_step_boundary():
     backend_step = 0.010 + 1e-5 * 50  # the recording backend's time for request 0's prefill
     sim = simulate_policy("continuous", {"max_num_seqs": 8}, [(0.0, 50, 40), (0.005, 30, 5)])
-    step_ends = [0.0]
     ends = sim.log.step_table()
     ends = list(ends["start_s"] + ends["duration_s"])
     # request 1 arrived during the first step and starts exactly when that step ends
@@ -170,10 +169,9 @@ def test_chunked_prefill_decodes_go_first_and_are_never_stalled():
     runs = [(r, a, b) for r, a, b in zip(sim.log.run_request, sim.log.run_first, sim.log.run_last) if r == 0]
     assert len(runs) == 1  # one unbroken run of tokens: no step skipped it
     for p in sim.backend.plans:
-        decode_ids = p.request_ids[: p.num_decode_slots]
         assert all(n == 1 for n in p.num_new_tokens[: p.num_decode_slots])
-        if 0 in p.request_ids and sim.seqs[0].num_generated:
-            pass
+        if 0 in p.request_ids and p.num_decode_slots:  # request 0 decodes ahead of the prefill chunk
+            assert p.request_ids[0] == 0
     assert max(p.num_batched_tokens for p in sim.backend.plans) <= 512
 
 
