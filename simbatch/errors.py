@@ -16,6 +16,11 @@ class SimbatchError(Exception):
         self.cause = cause
         super().__init__(f"{self.where}: {cause}" if self.where else cause)
 
+    def __reduce__(self):
+        # Rebuilt from (where, cause), so the error survives a trip back from a
+        # worker process (compare runs policies in a process pool).
+        return (type(self), (self.where, self.cause))
+
 
 def fail(where: str, cause: str) -> None:
     """Raise a :class:`SimbatchError` (a terse helper for validation code)."""

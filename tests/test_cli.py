@@ -118,3 +118,11 @@ def test_errors_name_the_line_of_the_field_or_the_override(tmp_path, capsys):
     assert f"{path}:4: workload.requests[0].output" in capsys.readouterr().err
     assert main(["run", str(path), "--set", "policy.max_num_seqs=x"]) == 2
     assert "(from --set policy.max_num_seqs)" in capsys.readouterr().err
+
+
+def test_errors_inside_parallel_runs_reach_the_user_as_one_line(tmp_path, capsys):
+    path = write_scenario(tmp_path, workload="  trace: missing.csv")
+    assert main(["compare", str(path), "--jobs", "2", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("simbatch: error: ") and "missing.csv" in err and "\n" not in err
+    assert not (tmp_path / "o").exists()

@@ -74,13 +74,15 @@ class ChunkedPrefillPolicy(IterationPolicy):
                      ) -> tuple[list[tuple[Sequence, int]], int]:
         """Running requests of one kind (decoding or mid-prefill), oldest first, within ``budget``."""
         taken = []
+        block_size = self.kv.block_size
         for seq in list(self.running):
             if budget <= 0:
                 break
             if seq.status != RUNNING or seq.is_decoding != decoding:
                 continue  # preempted a moment ago, or not this pass's kind
-            n = self.chunk(seq, budget)
-            if not self.may_grow(seq, n, protected):
+            n = 1 if decoding else min(seq.num_remaining, self.params.chunk_size, budget)
+            # Only call into the allocator when the tokens overflow the blocks held.
+            if seq.num_computed + n > seq.num_blocks * block_size and not self.may_grow(seq, n, protected):
                 continue
             taken.append((seq, n))
             budget -= n
