@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 
 import pytest
@@ -173,16 +172,6 @@ def test_random_plans_cost_positive_finite_time(slots, decode_frac, model, gpu, 
                                      None, plan.num_decode_slots))
     assert unpadded.seconds == pytest.approx(cost.seconds)  # padding priced like real tokens
     assert cost.useful_flops <= unpadded.useful_flops * (1 + 1e-12)
-
-
-def test_step_cost_is_cheap(a100_7b):
-    plan = decode(128)
-    n = 2000
-    start = time.perf_counter()
-    for _ in range(n):
-        a100_7b.step_cost(plan)
-    per_call = (time.perf_counter() - start) / n
-    assert per_call < 100e-6  # ~7 us measured; generous for slow CI machines
 
 
 # --- Vidur's measured A100/A40 timings (shared/reference, not shipped) -----------

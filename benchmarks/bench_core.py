@@ -1,0 +1,149 @@
+"""Benchmark the simulator core: wall time, throughput and peak memory per policy.
+
+For each scenario and policy, runs ``simbatch.api.run`` ``--repeat`` times, each
+in a fresh ``spawn`` subprocess (so peak RSS belongs to that run alone, and no
+run warms caches for the next), and prints the median wall time, simulated
+requests and engine steps per wall second, and peak RSS. Then times
+``RooflineCostModel.step_cost``, which runs once per simulated step.
+
+This is a benchmark, not a test: it asserts nothing. Compare numbers only
+between runs on the same machine.
+
+    python benchmarks/bench_core.py [--repeat N] [--scenario PATH ...] [--policies a,b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+import timeit
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from simbatch.errors import SimbatchError
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIOS = [REPO / "scenarios" / "azure_conv.yaml", REPO / "scenarios" / "chat.yaml"]
+POLICIES = ("static", "dynamic", "continuous", "chunked_prefill")
+
+
+def one_run(path: str, kind: str) -> dict:
+    """Run ``path`` under policy ``kind`` in this process; wall time, counts and RSS (MiB)."""
+    from simbatch.api import run
+    from simbatch.scenario import load_scenario
+
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    start = time.perf_counter()
+    try:
+        out = run(load_scenario(path).with_policy(kind))
+    except SimbatchError as exc:  # passed back as text: SimbatchError does not unpickle
+        return {"error": str(exc)}
+    wall = time.perf_counter() - start
+    return {"wall": wall, "requests": len(out.result.workload),
+            "steps": sum(out.result.log.replica_num_steps), "base_mib": base,
+            "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def bench_policy(path: Path, kind: str, repeat: int) -> dict:
+    """Median wall time over ``repeat`` runs, each in a fresh spawned process."""
+    ctx = mp.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=ctx, max_tasks_per_child=1) as pool:
+        runs = [pool.submit(one_run, str(path), kind).result() for _ in range(repeat)]
+    if "error" in runs[0]:
+        raise SimbatchError("", runs[0]["error"])
+    wall = statistics.median(r["wall"] for r in runs)
+    return {"wall": wall, "req_per_s": runs[0]["requests"] / wall, "steps": runs[0]["steps"],
+            "steps_per_s": runs[0]["steps"] / wall, "base_mib": max(r["base_mib"] for r in runs),
+            "peak_mib": max(r["peak_mib"] for r in runs)}
+
+
+def missing_trace(path: Path) -> Path | None:
+    """The scenario's trace file when it names one that is not there, else None."""
+    from simbatch.scenario import read_yaml
+
+    trace = (read_yaml(path).get("workload") or {}).get("trace")
+    if trace and not (path.resolve().parent / trace).is_file():
+        return (path.resolve().parent / trace).resolve()
+    return None
+
+
+def bench_scenario(path: Path, policies: list[str], repeat: int) -> None:
+    """Print one table: a row per policy."""
+    if (trace := missing_trace(path)) is not None:
+        print(f"\n{path.name}: skipped, trace {trace} not found")
+        return
+    print(f"\n{path.name} (median of {repeat}, one fresh process per run)")
+    print(f"{'policy':16}{'wall s':>8}{'steps':>9}{'req/s':>9}{'steps/s':>10}"
+          f"{'base MiB':>10}{'peak MiB':>10}")
+    for kind in policies:
+        r = bench_policy(path, kind, repeat)
+        print(f"{kind:16}{r['wall']:8.2f}{r['steps']:9d}{r['req_per_s']:9.0f}{r['steps_per_s']:10.0f}"
+              f"{r['base_mib']:10.0f}{r['peak_mib']:10.0f}")
+
+
+def bench_step_cost() -> None:
+    """Median per-call time of ``step_cost`` on two typical plans (µs)."""
+    from simbatch.costmodel import RooflineCostModel
+    from simbatch.plan import StepPlan
+
+    cm = RooflineCostModel("llama-2-7b", "a100-80gb")
+    decode = StepPlan(list(range(128)), [1] * 128, [1024] * 128, None, 128)
+    # A static batch of 32 late in decode: 8 rows finished and kept as padding.
+    live, done = 24, 8
+    static = StepPlan(list(range(live)) + [-1] * done, [1] * live + [0] * done, [1024] * 32,
+                      [0] * live + [1] * done, 32)
+    print("\nRooflineCostModel.step_cost (llama-2-7b, a100-80gb), median of 7 x 20,000 calls")
+    for label, plan in (("128-slot decode", decode), ("32-slot padded static decode", static)):
+        times = timeit.Timer(lambda: cm.step_cost(plan)).repeat(7, 20_000)
+        print(f"  {label:30}{statistics.median(times) / 20_000 * 1e6:7.2f} µs")
+
+
+def print_machine() -> None:
+    """CPU model, cores and library versions, so numbers can be compared fairly."""
+    import numpy
+    import simpy
+
+    import simbatch
+
+    cpu = "unknown"
+    if Path("/proc/cpuinfo").is_file():
+        names = [ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                 if ln.startswith("model name")]
+        cpu = names[0] if names else cpu
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"CPU: {cpu}, {cores} cores usable ({os.cpu_count()} online)")
+    print(f"Python {platform.python_version()}, numpy {numpy.__version__}, simpy {simpy.__version__}, "
+          f"simbatch {simbatch.__version__}, {platform.platform()}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse options, print the machine, then every scenario's table and the step-cost timing."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeat", type=int, default=3, help="runs per policy (default 3)")
+    ap.add_argument("--scenario", type=Path, action="append",
+                    help="scenario YAML (repeatable; default: azure_conv and chat)")
+    ap.add_argument("--policies", default=",".join(POLICIES),
+                    help=f"comma-separated policies (default: {','.join(POLICIES)})")
+    args = ap.parse_args(argv)
+    if args.repeat < 1:
+        ap.error("--repeat must be >= 1")
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if unknown := [p for p in policies if p not in POLICIES]:
+        ap.error(f"unknown policy {', '.join(unknown)}; allowed: {', '.join(POLICIES)}")
+    print_machine()
+    try:
+        for path in args.scenario or SCENARIOS:
+            bench_scenario(path, policies, args.repeat)
+    except SimbatchError as exc:  # a bad scenario or policy: one line, no traceback
+        sys.exit(f"error: {exc}")
+    bench_step_cost()
+
+
+if __name__ == "__main__":
+    main()
