@@ -42,11 +42,29 @@ def check_run(sim, triples, kv_blocks):
     assert sim.kv.num_used == 0  # everything freed at the end
 
 
+def check_run_to_completion(sim):
+    """Padded batches: nothing joins mid-batch, and a batch starts only when the last one is over."""
+    steps = sim.log.steps
+    batch: set[int] = set()
+    finished: set[int] = set()
+    for i, plan in enumerate(sim.backend.plans):
+        live = {r for r in plan.request_ids if r >= 0}
+        if plan.num_decode_slots == 0:
+            assert batch <= finished  # the previous batch is over
+            batch = live
+        else:
+            assert live <= batch
+        end = steps["start_s"][i] + steps["duration_s"][i]
+        finished |= {r for r in live if sim.log.finish_s[r] <= end}
+
+
 @common
 @given(triples=requests, kv_blocks=st.integers(18, 60), kind=st.sampled_from(sorted(POLICY_PARAMS)))
 def test_invariants_hold_for_every_policy(triples, kv_blocks, kind):
     sim = simulate_policy(kind, POLICY_PARAMS[kind], triples, kv_blocks=kv_blocks)
     check_run(sim, triples, kv_blocks)
+    if kind in ("static", "dynamic"):
+        check_run_to_completion(sim)
     if kind == "chunked_prefill":
         assert all(p.num_batched_tokens <= 96 for p in sim.backend.plans)
     if kind == "continuous":
