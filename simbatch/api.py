@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +18,7 @@ import pandas as pd
 
 from simbatch import __version__
 from simbatch.engine.simulation import RunResult, simulate
+from simbatch.executors import ProcessExecutor
 from simbatch.metrics import comparison_table, request_table, steps_table, summarize
 from simbatch.report import write_comparison, write_run
 from simbatch.scenario import Scenario, load_scenario
@@ -90,12 +91,11 @@ def compare(scenario: Scenario, policies: list[str] | None = None,
     function of its scenario and seed, so the results do not depend on ``jobs``.
     """
     kinds = list(policies or POLICY_ORDER)
-    jobs = min(len(kinds), jobs or os.cpu_count() or 1)
-    if jobs <= 1:
-        outs = [run_policy(scenario, k) for k in kinds]
-    else:
-        with ProcessPoolExecutor(jobs) as pool:
-            outs = list(pool.map(run_policy, [scenario] * len(kinds), kinds))
+    executor = ProcessExecutor(min(len(kinds), jobs or os.cpu_count() or 1))
+    try:
+        outs = executor.map(partial(run_policy, scenario), kinds)
+    finally:
+        executor.close()
     runs = dict(zip(kinds, outs))
     return runs, comparison_table({k: r.summary for k, r in runs.items()})
 

@@ -1,0 +1,8 @@
+"""One module per ``simbatch`` subcommand, each with ``NAME``, ``HELP``, ``add_arguments`` and ``run``.
+
+Adding a command means writing its module and listing it in :data:`COMMANDS`.
+"""
+
+from simbatch.commands import compare, run
+
+COMMANDS = [run, compare]

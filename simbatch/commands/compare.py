@@ -1,0 +1,37 @@
+"""``simbatch compare``: one workload under several policies; one table, one plot, one folder each."""
+
+from __future__ import annotations
+
+from simbatch.commands.common import add_scenario_arguments, load, print_notes
+
+NAME = "compare"
+HELP = "run one workload under several policies"
+
+
+def add_arguments(p) -> None:
+    add_scenario_arguments(p)
+    p.add_argument("--policies", default="static,dynamic,continuous,chunked_prefill",
+                   help="comma-separated policy kinds (default: all four)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="processes to run policies in parallel (default: one per core)")
+
+
+def run(args) -> None:
+    from simbatch.api import compare, write_compare
+    from simbatch.policies import policy_class
+    from simbatch.report import format_comparison
+
+    scenario = load(args)
+    kinds = [k.strip() for k in args.policies.split(",") if k.strip()]
+    for k in kinds:
+        policy_class({"kind": k}, "--policies")
+    runs, table = compare(scenario, kinds, jobs=args.jobs)
+    for kind, r in runs.items():
+        print_notes(r.messages, f"note [{kind}]")
+    first = runs[kinds[0]].summary
+    print(f"{scenario.name}: {first['model']['name']} on {first['hardware']['name']}, "
+          f"{first['num_requests']} requests")
+    print(format_comparison(table))
+    if args.out:
+        write_compare(args.out, runs, table)
+        print(f"wrote {args.out}/comparison.csv, comparison.png and one folder per policy")

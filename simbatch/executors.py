@@ -1,0 +1,92 @@
+"""Where independent runs execute: in this process, a local process pool, or a Dask cluster.
+
+Every executor has one verb, :meth:`Executor.map`, which runs ``fn`` on each
+item and returns the results in item order, calling ``on_done(index, result)``
+as each finishes (for progress bars). A run is a function of its scenario and
+seed, so results do not depend on the executor.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Callable, Iterable, Protocol
+
+from simbatch.errors import SimbatchError
+
+EXECUTOR_KINDS = ("inline", "process", "dask")
+OnDone = Callable[[int, object], None]
+
+
+class Executor(Protocol):
+    """Runs independent jobs."""
+
+    name: str
+
+    def map(self, fn: Callable, items: Iterable, on_done: OnDone | None = None) -> list:
+        """``[fn(x) for x in items]``, possibly in parallel; results in item order."""
+        ...
+
+    def close(self) -> None:
+        """Release workers."""
+        ...
+
+
+class InlineExecutor:
+    """One job after another in this process (debugging, tiny sweeps)."""
+
+    name = "inline"
+
+    def map(self, fn, items, on_done=None):
+        results = []
+        for i, item in enumerate(items):
+            results.append(fn(item))
+            if on_done:
+                on_done(i, results[-1])
+        return results
+
+    def close(self) -> None:
+        pass
+
+
+class ProcessExecutor:
+    """A local process pool, one worker per core by default."""
+
+    name = "process"
+
+    def __init__(self, workers: int | None = None):
+        self.workers = max(1, workers or os.cpu_count() or 1)
+        self.pool: ProcessPoolExecutor | None = None
+
+    def map(self, fn, items, on_done=None):
+        items = list(items)
+        if self.workers == 1 or len(items) <= 1:
+            return InlineExecutor().map(fn, items, on_done)
+        if self.pool is None:
+            self.pool = ProcessPoolExecutor(self.workers)
+        futures = {self.pool.submit(fn, item): i for i, item in enumerate(items)}
+        results: list = [None] * len(items)
+        for fut in as_completed(futures):
+            i = futures[fut]
+            results[i] = fut.result()  # re-raises the job's error (SimbatchError pickles)
+            if on_done:
+                on_done(i, results[i])
+        return results
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
+
+
+def make_executor(kind: str = "process", workers: int | None = None, address: str | None = None) -> Executor:
+    """An executor by name; ``dask`` takes ``address`` ("local" starts a LocalCluster)."""
+    if kind == "inline":
+        return InlineExecutor()
+    if kind == "process":
+        return ProcessExecutor(workers)
+    if kind == "dask":
+        from simbatch.dask_executor import DaskExecutor  # optional extra: simbatch[dask]
+
+        return DaskExecutor(address or "local", workers)
+    raise SimbatchError("--executor", f"unknown executor {kind!r}; allowed: {', '.join(EXECUTOR_KINDS)}")
