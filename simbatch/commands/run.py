@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from simbatch.commands.common import add_scenario_arguments, load, print_notes
 
 NAME = "run"
@@ -10,6 +12,8 @@ HELP = "simulate one scenario"
 
 def add_arguments(p) -> None:
     add_scenario_arguments(p)
+    p.add_argument("--trace-out", type=Path, metavar="FILE.json",
+                   help="also write a Perfetto / chrome://tracing timeline of the run (docs/trace_export.md)")
 
 
 def run(args) -> None:
@@ -17,9 +21,19 @@ def run(args) -> None:
     from simbatch.report import format_summary
 
     scenario = load(args)
+    if args.trace_out:
+        from simbatch.report.perfetto import check_trace_path
+
+        check_trace_path(args.trace_out)  # a bad path fails before the run, and before --out writes
     out = run_scenario(scenario)
     print_notes(out.messages)
     print(format_summary(out.summary, title=f"{scenario.name}: {out.summary['policy']['kind']}"))
     if args.out:
         out.write(args.out)
         print(f"wrote {args.out}/summary.json, requests.csv, steps.csv, run.log")
+    if args.trace_out:
+        from simbatch.report.perfetto import truncation_notes, write_trace
+
+        path = write_trace(out, args.trace_out)
+        print_notes(truncation_notes(out), "note [trace]")
+        print(f"wrote {path} (open in https://ui.perfetto.dev)")
