@@ -14,6 +14,10 @@ def add_arguments(p) -> None:
                    help="comma-separated policy kinds (default: all four)")
     p.add_argument("--jobs", type=int, default=None,
                    help="processes to run policies in parallel (default: one per core)")
+    p.add_argument("--report", action="store_true",
+                   help="also write report.html, report.md and report_files/ into --out")
+    p.add_argument("--traces", action="store_true",
+                   help="with --out, also write each policy's timeline to DIR/<policy>/trace.json")
 
 
 def run(args) -> None:
@@ -22,6 +26,14 @@ def run(args) -> None:
     from simbatch.report import format_comparison
 
     scenario = load(args)
+    if args.report and not args.out:
+        from simbatch.errors import SimbatchError
+
+        raise SimbatchError("--report", "needs --out DIR (the report is written beside the comparison)")
+    if args.traces and not args.out:
+        from simbatch.errors import SimbatchError
+
+        raise SimbatchError("--traces", "needs --out DIR (traces go to DIR/<policy>/trace.json)")
     kinds = [k.strip() for k in args.policies.split(",") if k.strip()]
     for k in kinds:
         policy_class({"kind": k}, "--policies")
@@ -35,3 +47,14 @@ def run(args) -> None:
     if args.out:
         write_compare(args.out, runs, table)
         print(f"wrote {args.out}/comparison.csv, comparison.png and one folder per policy")
+    if args.report:
+        from simbatch.report.html import write_report
+
+        path = write_report(args.out)
+        print(f"wrote {path} ({path.stat().st_size:,} bytes), report.md and report_files/")
+    if args.out and args.traces:
+        from simbatch.report.perfetto import write_trace
+
+        for kind, r in runs.items():
+            write_trace(r, args.out / kind / "trace.json")
+        print(f"wrote {args.out}/<policy>/trace.json for each policy")

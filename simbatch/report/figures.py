@@ -1,0 +1,215 @@
+"""The report's content: sections of notes, tables and figures, and their shared style.
+
+``build_sections`` turns a :class:`~simbatch.report.load.ReportData` into the
+sections both writers (``html.py``, ``markdown.py``) render, so the HTML and
+Markdown reports always say the same thing. The figures themselves live in
+``figures_latency.py``, ``figures_series.py`` and ``figures_timeline.py``.
+
+Style: each policy keeps one colour (Okabe-Ito, without the yellow that
+vanishes on white), one line style and one marker in every figure, so lines
+stay apart in grayscale and for colour-blind readers.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass, field
+
+from simbatch.report.load import (
+    POLICY_ORDER,
+    ReportData,
+    environment,
+    policy_rows,
+    run_facts,
+)
+from simbatch.report.table import COMPARISON_VIEW, fmt_int, fmt_num, fmt_pct
+
+LINE_COLOURS = ("#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7", "#000000")
+LINE_STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+DPI = 100
+_FORMATS = {"num": fmt_num, "pct": fmt_pct, "int": fmt_int}
+
+
+@dataclass
+class Figure:
+    """One rendered figure: file stem, caption (also the image's alt text) and PNG bytes."""
+
+    name: str
+    caption: str
+    png: bytes
+
+
+@dataclass
+class Table:
+    """A table of already formatted cells."""
+
+    headers: list[str]
+    rows: list[list[str]]
+    caption: str = ""
+
+
+@dataclass
+class Section:
+    """A report section: heading, paragraphs, tables and figures, in that order."""
+
+    slug: str
+    title: str
+    notes: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+
+
+def policy_style(name: str, index: int = 0) -> dict:
+    """Matplotlib line keywords for a policy: known kinds keep their place, others follow."""
+    i = POLICY_ORDER.index(name) if name in POLICY_ORDER else len(POLICY_ORDER) + index
+    return {"color": LINE_COLOURS[i % len(LINE_COLOURS)], "linestyle": LINE_STYLES[i % len(LINE_STYLES)],
+            "marker": MARKERS[i % len(MARKERS)], "label": name}
+
+
+def new_figure(nrows: int, ncols: int, size: tuple[float, float], **kwargs):
+    """A headless (Agg) figure and its axes array (always 2-D)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # never needs a display
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(nrows, ncols, figsize=size, squeeze=False, **kwargs)
+    return fig, axes
+
+
+def to_png(fig) -> bytes:
+    """Render ``fig`` to PNG bytes and free it."""
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def log_if_wide(ax, values, axis: str = "y", ratio: float = 100.0) -> bool:
+    """Use a log axis when positive ``values`` span more than ``ratio``; returns whether it did."""
+    pos = [float(v) for v in values if v is not None and not math.isnan(v) and v > 0]
+    wide = bool(pos) and max(pos) / min(pos) > ratio
+    if wide:
+        (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+        plain_ticks(ax, axis, minor_labels=max(pos) / min(pos) < 30)
+    return wide
+
+
+def tick_label(v: float) -> str:
+    """A short axis label: 200, 1,000, 20k, 3M."""
+    if v >= 1e6:
+        return f"{v / 1e6:g}M"
+    if v >= 1e4:
+        return f"{v / 1e3:g}k"
+    return f"{v:,g}"
+
+
+def plain_ticks(ax, axis: str = "y", minor_labels: bool = True) -> None:
+    """Label a log axis 200, 1,000, 20k rather than 2x10^2, 10^3.
+
+    ``minor_labels``: also label the 2x and 5x ticks, for narrow ranges that may
+    hold no power of ten (wide ranges would crowd them).
+    """
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    which = ax.yaxis if axis == "y" else ax.xaxis
+    fmt = FuncFormatter(lambda v, _: tick_label(v))
+    which.set_major_formatter(fmt)
+    if minor_labels:
+        which.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+    which.set_minor_formatter(fmt if minor_labels else NullFormatter())
+
+
+def legend_on_top(fig, axes) -> None:
+    """One legend for the figure, in a row above the panels (never over a line)."""
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=max(len(labels), 1), fontsize=9, frameon=False)
+
+
+# The paragraph each section opens with.
+INTROS = {
+    "reproducibility": ("What ran is read from each run's summary.json; rerun it with `simbatch compare "
+                        "SCENARIO` (or `simbatch run`) on the same scenario, seed and version. The environment "
+                        "rows describe the machine that made this report."),
+    "comparison": ("One row per policy; latencies in ms over completed requests, throughputs per second of "
+                   "simulated time, % columns are percentages (MFU and MBU while busy). Definitions: "
+                   "docs/metrics.md."),
+    "latency-cdfs": "Share of completed requests at or below each latency (further left is better).",
+    "load-curves": "Throughput and P99 latencies against offered load, from the folder's sweep.csv.",
+    "time-series": ("Time-weighted means per time bin, summed over replicas; KV use is a percentage of the "
+                    "KV blocks of all replicas."),
+    "step-timeline": ("Which request held which batch slot: prefill and decode of each request, grey "
+                      "cross-hatched padding where a finished request's slot stays in its padded batch, "
+                      "blank idle slots."),
+    "goodput-slo": ("Requests per second that met the SLO, as the TTFT target is scaled from 0.25x to 4x; "
+                    "the other targets stay as they were."),
+}
+
+
+def _reproducibility(data: ReportData) -> Section:
+    s = Section("reproducibility", "Reproducibility",
+                [f"Results folder: {data.folder}.", INTROS["reproducibility"]])
+    if (data.folder / "sweep.yaml").is_file():
+        s.notes.append("The sweep's grid and its scenario are in sweep.yaml beside sweep.csv.")
+    if data.runs:
+        s.tables.append(Table(["field", "value"], [list(r) for r in run_facts(data)], "What ran"))
+        s.tables.append(Table(["run", "policy and parameters"], [list(r) for r in policy_rows(data)], "Policies"))
+    s.tables.append(Table(["package", "version"], [list(r) for r in environment()], "Environment at report time"))
+    return s
+
+
+def comparison_rows(data: ReportData) -> Table:
+    """The comparison table (as ``simbatch compare`` prints it) from the runs' summaries."""
+    from simbatch.metrics import comparison_table
+
+    table = comparison_table(data.summaries)
+    rows = [[str(rec["policy"])] + [_FORMATS[k](rec.get(col)) for _, col, k in COMPARISON_VIEW]
+            for rec in table.to_dict("records")]
+    return Table(["policy"] + [h for h, _, _ in COMPARISON_VIEW], rows)
+
+
+def _comparison(data: ReportData) -> Section:
+    s = Section("comparison", "Comparison table", [INTROS["comparison"]])
+    if data.runs:
+        s.tables.append(comparison_rows(data))
+    else:
+        s.notes.append("This folder holds no runs (only a sweep), so there is no table.")
+    return s
+
+
+def _figure_section(slug: str, title: str, made) -> Section:
+    """A section around one figure-maker result: ``(fig or None, note)``, or a reason for none."""
+    fig, note = made() if callable(made) else made
+    s = Section(slug, title, [INTROS[slug]] + ([note] if note else []))
+    if fig is not None:
+        s.figures.append(Figure(slug, title, to_png(fig)))
+    return s
+
+
+def build_sections(data: ReportData) -> list[Section]:
+    """Every section of the report, in reading order."""
+    from simbatch.report import figures_latency as lat
+    from simbatch.report import figures_series as ser
+    from simbatch.report import figures_timeline as tl
+
+    runs = list(data.runs.values())
+
+    def per_run(make, *args):
+        # A sweep-only folder keeps no per-request or per-step files: say so, not "no data".
+        if runs:
+            return lambda: make(runs, *args)
+        return None, "This folder holds no run folders (only sweep.csv), so there is nothing to draw here."
+
+    return [
+        _reproducibility(data),
+        _comparison(data),
+        _figure_section("latency-cdfs", "Latency CDFs", per_run(lat.plot_latency_cdfs)),
+        _figure_section("load-curves", "Load curves", ser.plot_load_curves(data.sweep)),
+        _figure_section("time-series", "Batch size, queue and KV cache over time", per_run(ser.plot_time_series)),
+        _figure_section("step-timeline", "Step timeline", per_run(tl.plot_step_timeline)),
+        _figure_section("goodput-slo", "Goodput vs SLO", per_run(lat.plot_goodput_vs_slo, data.slo)),
+    ]

@@ -1,0 +1,212 @@
+"""Read a results folder (``simbatch run`` or ``simbatch compare`` output) for a report.
+
+A folder is either one run (``summary.json`` directly inside) or a comparison
+(one sub-folder per policy, each a run folder); either may also hold a
+``sweep.csv``. Everything a report shows is read from these files, so a report
+can be rebuilt later, elsewhere, from the folder alone.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simbatch.errors import SimbatchError
+from simbatch.scenario import read_yaml
+
+RUN_FILES = ("summary.json", "requests.csv", "steps.csv")
+# Same order as simbatch.api.POLICY_ORDER (not imported: that would load the engine).
+POLICY_ORDER = ("static", "dynamic", "continuous", "chunked_prefill")
+# Only the step columns the figures use: a 380k-step run reads in well under a second.
+STEP_COLUMNS = ("replica", "start_s", "end_s", "duration_s", "num_seqs", "num_slots", "prefill_tokens",
+                "decode_tokens", "padded_tokens", "kv_used_blocks", "num_waiting")
+REQUEST_COLUMNS = ("id", "arrival_s", "replica", "first_scheduled_s", "first_token_s", "finish_s",
+                   "completed", "ttft_ms", "tpot_ms", "e2el_ms")
+ENV_PACKAGES = ("simbatch", "numpy", "pandas", "simpy", "matplotlib")
+
+
+@dataclass
+class RunData:
+    """One run folder: its label (policy), summary dict and request/step tables."""
+
+    name: str
+    folder: Path
+    summary: dict
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+
+    @property
+    def kind(self) -> str:
+        """The policy kind that ran (``static``, ``continuous``...)."""
+        return str((self.summary.get("policy") or {}).get("kind", self.name))
+
+
+@dataclass
+class ReportData:
+    """A results folder: its runs (in policy order), an optional sweep table and the SLO."""
+
+    folder: Path
+    runs: dict[str, RunData]
+    sweep: pd.DataFrame | None
+    slo: dict | None  # {"ttft_ms": ..., "tpot_ms": ...} when known, else None
+
+    @property
+    def summaries(self) -> dict[str, dict]:
+        """Each run's ``summary.json``, by run name."""
+        return {k: r.summary for k, r in self.runs.items()}
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise SimbatchError(str(path), f"unreadable: {exc}") from None
+    if not isinstance(data, dict):
+        raise SimbatchError(str(path), "expected a JSON object (a run's summary)")
+    return data
+
+
+def _read_csv(path: Path, columns: tuple[str, ...] | None) -> pd.DataFrame:
+    if not path.is_file():
+        raise SimbatchError(str(path), "missing (a run folder holds summary.json, requests.csv and steps.csv)")
+    try:
+        table = pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise SimbatchError(str(path), f"unreadable CSV: {exc}".splitlines()[0]) from None
+    missing = [c for c in columns or () if c not in table.columns]
+    if missing:
+        raise SimbatchError(str(path), f"missing columns: {', '.join(missing)}")
+    return table[list(columns)] if columns else table
+
+
+def load_run(folder: Path, name: str | None = None) -> RunData:
+    """Read one run folder (``summary.json``, ``requests.csv``, ``steps.csv``)."""
+    summary = _read_json(folder / "summary.json")
+    requests = _read_csv(folder / "requests.csv", REQUEST_COLUMNS)
+    steps = _read_csv(folder / "steps.csv", STEP_COLUMNS)
+    label = name or str((summary.get("policy") or {}).get("kind") or folder.name)
+    return RunData(label, folder, summary, requests, steps)
+
+
+def _run_folders(folder: Path) -> list[Path]:
+    """Sub-folders holding a ``summary.json``, the four policies first in their usual order."""
+    subs = [p for p in folder.iterdir() if p.is_dir() and (p / "summary.json").is_file()]
+    order = {k: i for i, k in enumerate(POLICY_ORDER)}
+    return sorted(subs, key=lambda p: (order.get(p.name, len(order)), p.name))
+
+
+def load_results(folder) -> ReportData:
+    """Read a ``run`` or ``compare`` output folder; a :class:`SimbatchError` if it is not one."""
+    folder = Path(folder)
+    if not folder.exists():
+        raise SimbatchError(str(folder), "no such folder")
+    if not folder.is_dir():
+        raise SimbatchError(str(folder), "not a folder (give a `simbatch run` or `simbatch compare` --out folder)")
+    if (folder / "summary.json").is_file():
+        single = load_run(folder)
+        runs = {single.name: single}
+    else:
+        runs = {p.name: load_run(p, p.name) for p in _run_folders(folder)}
+    sweep_path = folder / "sweep.csv"
+    sweep = _read_csv(sweep_path, None) if sweep_path.is_file() else None
+    if not runs and sweep is None:
+        raise SimbatchError(str(folder), "no results: expected summary.json, policy sub-folders or sweep.csv")
+    return ReportData(folder, runs, sweep, find_slo(runs))
+
+
+def meets_targets(requests: pd.DataFrame, targets: dict) -> np.ndarray:
+    """Mask of requests that completed within every target (a NaN TPOT passes, as in ``summarize``)."""
+    ok = np.array(requests["completed"], dtype=bool)
+    for key, target in targets.items():
+        values = requests[key].to_numpy(float)
+        ok &= (values <= target) | (np.isnan(values) & (key == "tpot_ms"))
+    return ok
+
+
+def _slo_matches(run: RunData, slo: dict) -> bool:
+    """Whether ``slo`` reproduces the run's recorded goodput (so it is the SLO it ran with)."""
+    goodput, duration = run.summary.get("goodput"), run.summary.get("duration_s")
+    if goodput is None or not duration or not set(slo) <= {"ttft_ms", "tpot_ms", "e2el_ms"}:
+        return False
+    return bool(np.isclose(meets_targets(run.requests, slo).sum() / duration, goodput, rtol=1e-9, atol=0))
+
+
+def find_slo(runs: dict[str, RunData]) -> dict | None:
+    """The SLO targets the runs were scored against, or None when unknown.
+
+    ``summary.json`` records goodput but not the targets behind it. A ``slo``
+    key is used when present; otherwise the bundled scenario of the same name
+    is read, and its SLO kept only if it reproduces every run's goodput.
+    """
+    if not runs:
+        return None
+    first = next(iter(runs.values()))
+    if isinstance(first.summary.get("slo"), dict):
+        return {k: float(v) for k, v in first.summary["slo"].items()}
+    path = Path(__file__).resolve().parents[2] / "scenarios" / f"{first.summary.get('scenario')}.yaml"
+    try:
+        slo = read_yaml(path).get("slo") if path.is_file() else None
+    except SimbatchError:
+        return None
+    if not isinstance(slo, dict) or not slo:
+        return None
+    slo = {k: float(v) for k, v in slo.items() if v is not None}
+    return slo if all(_slo_matches(r, slo) for r in runs.values()) else None
+
+
+def _distinct(values) -> str:
+    """Values that should agree across runs, joined when they do not."""
+    seen = list(dict.fromkeys(str(v) for v in values if v is not None))
+    return " / ".join(seen) if seen else "-"
+
+
+def _params(d: dict | None, skip=()) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (d or {}).items() if k not in skip) or "-"
+
+
+def run_facts(data: ReportData) -> list[tuple[str, str]]:
+    """What ran, as (field, value) rows, read from the summaries (enough to rerun it)."""
+    s = list(data.summaries.values())
+    model = [(x.get("model") or {}) for x in s]
+    hw = [(x.get("hardware") or {}) for x in s]
+    cost = [(x.get("cost_model") or {}) for x in s]
+    work = [(x.get("workload") or {}) for x in s]
+    return [
+        ("scenario", _distinct(x.get("scenario") for x in s)),
+        ("seed", _distinct(x.get("seed") for x in s)),
+        ("simbatch version (run)", _distinct(x.get("simbatch_version") for x in s)),
+        ("model", _distinct(f"{m.get('name')} ({(m.get('num_params') or 0) / 1e9:.2f} B params, "
+                            f"{m.get('kv_bytes_per_token')} KV bytes/token)" for m in model)),
+        ("hardware", _distinct(f"{h.get('replicas')} x {h.get('name')} replica(s), tensor parallel {h.get('tensor_parallel')}"
+                               for h in hw)),
+        ("KV cache", _distinct(f"{h.get('kv_blocks_per_replica')} blocks/replica of {h.get('kv_block_size')} "
+                               f"tokens, {h.get('kv_mode')}" for h in hw)),
+        ("cost model", _distinct(f"{c.get('kind')} ({c.get('source')}): {_params(c, ('kind', 'source'))}"
+                                 for c in cost)),
+        ("workload", _distinct(f"{w.get('source')}, {w.get('num_requests')} requests" for w in work)),
+        ("SLO", _params(data.slo) if data.slo else "not recorded in summary.json"),
+    ]
+
+
+def policy_rows(data: ReportData) -> list[tuple[str, str]]:
+    """(run, policy kind and parameters) rows."""
+    return [(name, f"{r.kind}: {_params(r.summary.get('policy'), ('kind',))}") for name, r in data.runs.items()]
+
+
+def environment() -> list[tuple[str, str]]:
+    """Python and library versions at report time, and when the report was made (UTC)."""
+    rows = [("python", platform.python_version())]
+    for pkg in ENV_PACKAGES:
+        try:
+            rows.append((pkg, metadata.version(pkg)))
+        except metadata.PackageNotFoundError:
+            rows.append((pkg, "not installed"))
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return rows + [("platform", platform.platform()), ("report made", now)]
