@@ -18,7 +18,7 @@ from simbatch.params import parse_params, require
 from simbatch.policies import parse_policy
 
 TOP_LEVEL = ("name", "description", "workload", "model", "hardware", "cluster", "policy",
-             "policies", "cost_model", "kv_cache", "slo", "seed")
+             "policies", "cost_model", "kv_cache", "slo", "seed", "sweep")
 
 
 @dataclass(frozen=True)

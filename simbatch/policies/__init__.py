@@ -22,7 +22,7 @@ POLICIES: dict[str, type[Policy]] = {
 def policy_class(spec: dict, where: str = "policy") -> type[Policy]:
     """The class named by ``spec['kind']``."""
     kind = (spec or {}).get("kind")
-    if kind not in POLICIES:
+    if not isinstance(kind, str) or kind not in POLICIES:
         raise SimbatchError(f"{where}.kind", f"unknown policy {kind!r}; allowed: {', '.join(POLICIES)}")
     return POLICIES[kind]
 

@@ -1,0 +1,70 @@
+"""A plain-text progress bar with an ETA, on stderr (no tqdm or rich dependency).
+
+On a terminal it redraws one line in place::
+
+    [#########.....................] 12/40 runs, elapsed 0:31, ETA 1:10
+
+Elsewhere (a log file, CI) redrawing would only add noise, so it prints just
+the final line when it is closed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Callable, TextIO
+
+
+def format_duration(seconds: float) -> str:
+    """``m:ss``, or ``h:mm:ss`` from an hour on."""
+    s = max(0, round(seconds))
+    h, rest = divmod(s, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class Progress:
+    """Runs finished out of ``total``; ``done`` were finished before (a resumed sweep).
+
+    The ETA extrapolates the pace of the runs finished in this session only,
+    so runs skipped on resume do not make it look faster than it is.
+    """
+
+    def __init__(self, total: int, done: int = 0, stream: TextIO | None = None, live: bool | None = None,
+                 width: int = 30, clock: Callable[[], float] = time.monotonic):
+        self.total, self.done, self.first = total, done, done
+        self.stream = stream or sys.stderr
+        self.live = bool(getattr(self.stream, "isatty", lambda: False)()) if live is None else live
+        self.width = width
+        self.clock = clock
+        self.start = clock()
+        self.drawn = 0  # length of the line on screen, to blank what a shorter one leaves
+        if self.live:
+            self._draw("\r")
+
+    def line(self) -> str:
+        """The bar as text."""
+        elapsed = self.clock() - self.start
+        ran, left = self.done - self.first, self.total - self.done
+        eta = format_duration(elapsed / ran * left if left else 0) if ran or not left else "?"
+        filled = self.width if not self.total else round(self.width * self.done / self.total)
+        return (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} runs, "
+                f"elapsed {format_duration(elapsed)}, ETA {eta}")
+
+    def update(self, n: int = 1) -> None:
+        """Count ``n`` more finished runs."""
+        self.done += n
+        if self.live:
+            self._draw("\r")
+
+    def close(self) -> None:
+        """Print the final line (the only one when not on a terminal)."""
+        self._draw("\r" if self.live else "")
+        self.stream.write("\n")
+        self.stream.flush()
+
+    def _draw(self, prefix: str) -> None:
+        text = self.line()
+        self.stream.write(prefix + text.ljust(self.drawn))
+        self.drawn = len(text)
+        self.stream.flush()

@@ -1,0 +1,225 @@
+"""Run a sweep: check every point, skip finished runs, fan the rest out, write one tidy table.
+
+``out_dir`` holds (layout and columns: docs/sweeps.md):
+
+* ``sweep.yaml``: the base scenario and the grid, written before any run;
+* ``runs/<run_id>.json``: one finished run (its grid values, metrics, wall
+  time and resolved scenario), written atomically as soon as it finishes,
+  so an interrupted sweep resumes where it stopped;
+* ``sweep.csv`` and ``sweep.parquet``: one row per run, rebuilt from the run
+  files at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import yaml
+
+from simbatch.errors import SimbatchError
+from simbatch.executors import Executor, InlineExecutor
+from simbatch.metrics.summary import LATENCY_KEYS, SUMMARY_KEYS
+from simbatch.report.outputs import json_safe
+from simbatch.scenario import Scenario, from_dict
+from simbatch.sweep.grid import Grid, Point, expand
+from simbatch.sweep.progress import Progress
+
+LATENCY_STATS = ("mean", "median", "p90", "p99")  # the keys of each latency dict in summary.json
+
+
+def flatten(summary: dict) -> dict:
+    """The metrics of a ``summary.json`` dict as flat columns, in its order (``ttft_ms.p99``...)."""
+    row = {}
+    for key in SUMMARY_KEYS:
+        if key in LATENCY_KEYS:
+            row.update({f"{key}.{stat}": summary[key][stat] for stat in LATENCY_STATS})
+        else:
+            row[key] = summary[key]
+    return row
+
+
+METRIC_COLUMNS = tuple(flatten({k: dict.fromkeys(LATENCY_STATS) for k in SUMMARY_KEYS}))
+
+
+def run_point(job: dict) -> dict:
+    """Run one sweep point; module-level and plain data in and out, so it pickles for processes and Dask.
+
+    ``job``: ``run_id``, ``label`` (for errors), ``data`` (the resolved
+    scenario mapping), ``source`` and ``base_dir`` (strings). Returns the
+    run's row: ``run_id``, the metric columns and ``wall_s``.
+    """
+    from simbatch.api import run  # the engine loads in the worker, not when the CLI starts
+
+    start = time.perf_counter()
+    try:
+        out = run(from_dict(job["data"], job["source"], Path(job["base_dir"])))
+    except SimbatchError as exc:
+        raise SimbatchError(f"sweep run {job['label']}", str(exc)) from None
+    return {"run_id": job["run_id"], **flatten(out.summary), "wall_s": time.perf_counter() - start}
+
+
+def check_points(scenario: Scenario, grid: Grid, points: list[Point]) -> None:
+    """Check every point before anything runs, so a typo fails at once, naming its grid axis.
+
+    Each distinct ``workload`` section is built once (cheap next to a run).
+    """
+    from simbatch.costmodel import build_cost_model
+    from simbatch.hardware import get_gpu
+    from simbatch.models import get_model
+    from simbatch.workload import build_workload
+
+    built = set()
+    for p in points:
+        try:
+            sc = from_dict(p.data, scenario.source, scenario.base_dir)
+            model = get_model(p.data["model"], sc.where("model"))
+            gpu = get_gpu(p.data["hardware"], sc.where("hardware"))
+            build_cost_model(p.data.get("cost_model") or {"kind": "roofline"}, model, gpu,
+                             sc.cluster.tensor_parallel, sc.where("cost_model"))
+            key = json.dumps(p.data["workload"], sort_keys=True, default=str)
+            if key not in built:
+                build_workload(p.data["workload"], base_dir=sc.base_dir, seed=sc.seed, where=sc.where("workload"))
+                built.add(key)
+        except SimbatchError as exc:
+            raise blame(exc, scenario.source, grid.labels) from None
+
+
+def blame(exc: SimbatchError, source: str, labels: dict[str, str]) -> SimbatchError:
+    """The error re-addressed to the grid axis that set the field it names, if one did."""
+    prefix = f"{source}: "
+    field_path = exc.where[len(prefix):] if exc.where.startswith(prefix) else None
+    for key, label in labels.items():
+        if field_path and (field_path == key or field_path.startswith((key + ".", key + "["))):
+            return SimbatchError(label, exc.cause)
+    return exc
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """``write`` a temp file beside ``path``, then rename it into place (never a half-written file)."""
+    # A unique name of our own rather than tempfile.mkstemp, whose files are
+    # private (0600): the renamed file gets the usual permissions.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, obj: dict) -> None:
+    """Atomically write ``obj`` as JSON."""
+    text = json.dumps(json_safe(obj), indent=1, default=str) + "\n"
+    atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
+
+
+def read_run(path: Path) -> dict | None:
+    """A run file, or None when it is missing or unreadable (then the run is done again)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def label(params: dict) -> str:
+    """``policy.kind=static, seed=1`` (keys that do not apply left out)."""
+    return ", ".join(f"{k}={v}" for k, v in params.items() if v is not None)
+
+
+def run_sweep(scenario: Scenario, grid: Grid, out_dir: str | Path, executor: Executor | None = None, *,
+              progress: bool = False, note: Callable[[str], None] | None = None) -> pd.DataFrame:
+    """Run every point of ``grid`` over ``scenario`` not already in ``out_dir``; return the table.
+
+    ``executor`` defaults to in-process. ``progress`` draws a bar on stderr;
+    ``note`` receives one-line remarks (points left out, runs already done).
+    The table's ``attrs`` count ``points`` (grid combinations), ``runs``
+    (distinct), ``reused`` (found in ``out_dir``) and ``ran``.
+    """
+    note = note or (lambda message: None)
+    points, notes = expand(scenario, grid)
+    check_points(scenario, grid, points)
+    for message in notes:
+        note(message)
+    runs_dir = prepare(Path(out_dir), scenario, grid)
+    todo = [p for p in points if read_run(runs_dir / f"{p.run_id}.json") is None]
+    if len(todo) < len(points):
+        note(f"{len(points) - len(todo)} of {len(points)} runs already done in {runs_dir}")
+    bar = Progress(len(points), len(points) - len(todo)) if progress else None
+
+    def on_done(i: int, row: dict) -> None:
+        p = todo[i]
+        metrics = {k: v for k, v in row.items() if k not in ("run_id", "wall_s")}
+        write_json(runs_dir / f"{p.run_id}.json", {"run_id": p.run_id, "params": p.params, "metrics": metrics,
+                                                   "wall_s": row["wall_s"], "scenario": p.data})
+        if bar:
+            bar.update()
+
+    jobs = [{"run_id": p.run_id, "label": label(p.params), "data": p.data, "source": scenario.source,
+             "base_dir": str(scenario.base_dir)} for p in todo]
+    try:
+        if jobs:
+            (executor or InlineExecutor()).map(run_point, jobs, on_done)
+    finally:
+        if bar:
+            bar.close()
+    table = collect(runs_dir, points, grid, note)
+    write_table(Path(out_dir), table)
+    table.attrs.update(points=grid.size, runs=len(points), reused=len(points) - len(todo), ran=len(todo))
+    return table
+
+
+def prepare(out_dir: Path, scenario: Scenario, grid: Grid) -> Path:
+    """Create ``out_dir/runs`` and write ``sweep.yaml``; returns the runs folder."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise SimbatchError(str(out_dir), "exists and is not a folder")
+    runs_dir = out_dir / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    spec = {"source": scenario.source, "grid": grid.axes,
+            "scenario": {k: v for k, v in scenario.data.items() if k != "sweep"}}
+    text = yaml.safe_dump(json_safe(spec), sort_keys=False)
+    atomic_write(out_dir / "sweep.yaml", lambda p: p.write_text(text, encoding="utf-8"))
+    return runs_dir
+
+
+def collect(runs_dir: Path, points: list[Point], grid: Grid, note: Callable[[str], None]) -> pd.DataFrame:
+    """One row per point from its run file: ``run_id``, the grid values, the metrics, ``wall_s``."""
+    rows = []
+    for p in points:
+        record = read_run(runs_dir / f"{p.run_id}.json")
+        rows.append({"run_id": p.run_id, **p.params, **record["metrics"], "wall_s": record["wall_s"]})
+    stale = {f.stem for f in runs_dir.glob("*.json")} - {p.run_id for p in points}
+    if stale:
+        note(f"{len(stale)} run file(s) in {runs_dir} are not points of this grid; left out of the table")
+    columns = ["run_id", *grid.axes, *METRIC_COLUMNS, "wall_s"]
+    table = pd.DataFrame(rows, columns=columns)
+    for key in grid.axes:  # from the points: the frame has already turned None into NaN
+        table[key] = tidy_column([p.params[key] for p in points], key)
+    return table
+
+
+def tidy_column(values: list, name: str) -> pd.Series:
+    """Grid values as one Parquet-friendly type: integers stay integers (nullable where a key
+    did not apply), lists and mappings become JSON text, and a column of mixed types becomes text."""
+    values = [json.dumps(v, default=str) if isinstance(v, (list, dict)) else v for v in values]
+    kinds = {type(v) for v in values if v is not None}
+    if kinds == {int}:
+        dtype = "Int64" if None in values else "int64"
+    elif kinds in ({float}, {int, float}):
+        dtype = "float64"
+    elif kinds in ({str}, {bool}, set()):
+        dtype = object
+    else:
+        values, dtype = [None if v is None else str(v) for v in values], object
+    return pd.Series(values, name=name, dtype=dtype)
+
+
+def write_table(out_dir: Path, table: pd.DataFrame) -> None:
+    """Write ``sweep.csv`` and ``sweep.parquet``, each atomically."""
+    atomic_write(out_dir / "sweep.csv", lambda p: table.to_csv(p, index=False))
+    atomic_write(out_dir / "sweep.parquet", lambda p: table.to_parquet(p, index=False))

@@ -1,0 +1,95 @@
+"""Executors: the same interface in-process, in a process pool and on Dask, and the same sweep results."""
+
+import operator
+import sys
+from functools import partial
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from simbatch.errors import SimbatchError, fail
+from simbatch.executors import InlineExecutor, ProcessExecutor, make_executor
+from simbatch.scenario import from_dict
+from simbatch.sweep import parse_grid_args, run_sweep
+
+SCENARIO = {
+    "name": "tiny",
+    "workload": {"synthetic": {"num_requests": 50, "arrival": {"kind": "poisson", "rate": 20},
+                               "prompt": {"kind": "lognormal", "median": 300, "sigma": 0.8, "max": 2000},
+                               "output": {"kind": "lognormal", "median": 40, "sigma": 0.8, "max": 200}}},
+    "model": "llama-2-7b",
+    "hardware": "a100-80gb",
+    "policy": {"kind": "continuous"},
+    "slo": {"ttft_ms": 300, "tpot_ms": 30},
+}
+GRID = ["policy.kind=static,chunked_prefill", "workload.rate_scale=0.5,2", "seed=0,1"]
+
+
+@pytest.fixture(scope="module")
+def dask_executor():
+    pytest.importorskip("distributed")
+    from simbatch.dask_executor import DaskExecutor
+
+    executor = DaskExecutor("local", workers=2)
+    yield executor
+    executor.close()
+
+
+def check_map(executor):
+    done = []
+    items = list(range(-5, 5))
+    assert executor.map(operator.neg, items, lambda i, r: done.append((i, r))) == [-x for x in items]
+    assert sorted(done) == [(i, -x) for i, x in enumerate(items)]  # once per item, any order
+    with pytest.raises(SimbatchError) as err:  # a worker's user error comes back whole
+        executor.map(partial(fail, "where"), ["cause"])
+    assert (err.value.where, err.value.cause) == ("where", "cause")
+
+
+def test_inline_executor_maps_in_order():
+    check_map(InlineExecutor())
+
+
+def test_process_executor_maps_in_order():
+    executor = ProcessExecutor(2)
+    try:
+        check_map(executor)
+    finally:
+        executor.close()
+
+
+def test_dask_executor_maps_in_order(dask_executor):
+    check_map(dask_executor)
+    assert dask_executor.name == "dask" and len(dask_executor.client.scheduler_info()["workers"]) == 2
+
+
+def test_make_executor_by_name():
+    assert make_executor("inline").name == "inline"
+    assert make_executor("process", 3).workers == 3
+    with pytest.raises(SimbatchError, match="unknown executor 'gpu'"):
+        make_executor("gpu")
+
+
+def test_dask_without_the_extra_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
+    with pytest.raises(SimbatchError) as err:
+        make_executor("dask", 2, "local")
+    assert err.value.where == "--dask" and "pip install 'simbatch[dask]'" in err.value.cause
+
+
+def test_sweep_results_do_not_depend_on_the_executor(tmp_path, dask_executor):
+    scenario = from_dict(SCENARIO, "tiny.yaml", Path("."))
+    grid = parse_grid_args(GRID)
+    process = ProcessExecutor(2)
+    try:
+        tables = {name: run_sweep(scenario, grid, tmp_path / name, ex)
+                  for name, ex in (("inline", InlineExecutor()), ("process", process), ("dask", dask_executor))}
+    finally:
+        process.close()
+    inline = tables["inline"].drop(columns="wall_s")
+    assert len(inline) == 8 and inline["completed"].eq(50).all()
+    assert inline["request_throughput"].nunique() == 8  # every point is a different run
+    for name in ("process", "dask"):
+        pd.testing.assert_frame_equal(tables[name].drop(columns="wall_s"), inline)
+        on_disk = pd.read_csv(tmp_path / name / "sweep.csv").drop(columns="wall_s")
+        pd.testing.assert_frame_equal(on_disk, pd.read_csv(tmp_path / "inline" / "sweep.csv").drop(columns="wall_s"))
