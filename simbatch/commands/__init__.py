@@ -3,6 +3,6 @@
 Adding a command means writing its module and listing it in :data:`COMMANDS`.
 """
 
-from simbatch.commands import compare, run
+from simbatch.commands import capacity, compare, report, run, sweep
 
-COMMANDS = [run, compare]
+COMMANDS = [run, compare, report, sweep, capacity]

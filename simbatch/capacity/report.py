@@ -1,0 +1,135 @@
+"""What a capacity search found, as a ranked table, CSV files and plain sentences."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from simbatch.capacity.plan import Boundary, CapacityResult, SeedVerdict, Sizing
+from simbatch.capacity.search import CEILING, FLOOR
+from simbatch.report.outputs import _commit  # the project's all-or-nothing writer
+from simbatch.report.table import fmt_int, fmt_num, render
+
+# (header, column, format) of the terminal table; the CSV has every column.
+VIEW = (
+    ("max req/s", "max_rate", fmt_num), ("req/s/GPU", "max_rate_per_gpu", fmt_num),
+    ("fails at req/s", "fail_rate", fmt_num), ("$/h", "usd_per_hour", fmt_num),
+    ("$/h per req/s", "usd_per_hour_per_req_s", fmt_num),
+)
+TARGET_VIEW = (
+    ("replicas@R", "target_replicas", fmt_int), ("GPUs@R", "target_gpus", fmt_int),
+    ("$/h@R", "target_usd_per_hour", fmt_num),
+)
+
+
+def capacity_table(result: CapacityResult, prices: dict[str, float]) -> pd.DataFrame:
+    """One row per candidate, ranked: by $/hour at the target rate when there is one,
+    else by sustainable rate per GPU (ties: the other key)."""
+    rows = [_row(result, b, prices) for b in result.boundaries]
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    if result.target_rate:
+        keys, ascending = ["target_usd_per_hour", "max_rate_per_gpu"], [True, False]
+    else:
+        keys, ascending = ["max_rate_per_gpu", "usd_per_hour"], [False, True]
+    table = table.sort_values(keys, ascending=ascending, na_position="last", kind="stable")
+    table.insert(0, "rank", range(1, len(table) + 1))
+    return table.reset_index(drop=True)
+
+
+def _row(result: CapacityResult, b: Boundary, prices: dict[str, float]) -> dict:
+    c, base = b.candidate, result.base_rate
+    gpu = result.gpu_names[c]
+    price = prices.get(gpu.lower(), math.nan)
+    gpus = c.tp * c.replicas
+    max_rate = b.lo * base if b.lo else math.nan
+    row = {
+        "policy": c.policy, "hardware": gpu, "model": c.model or "", "tp": c.tp, "replicas": c.replicas,
+        "gpus": gpus, "max_rate": max_rate, "max_rate_per_gpu": max_rate / gpus,
+        "fail_rate": b.hi * base if b.hi else math.nan, "scale_lo": b.lo, "scale_hi": b.hi,
+        "usd_per_gpu_hour": price, "usd_per_hour": gpus * price,
+        "usd_per_hour_per_req_s": gpus * price / max_rate if max_rate > 0 else math.nan,
+        "fails_because": "; ".join(b.at_hi.reasons) if b.at_hi else "",
+        "seeds_failing_at_hi": len(b.at_hi.failed_seeds) if b.at_hi else 0,
+        "note": _limit_note(b),
+    }
+    if result.target_rate:
+        s = result.sizing.get(c.with_replicas(1))
+        n = s.replicas if s else None
+        row.update({"target_rate": result.target_rate, "target_replicas": n,
+                    "target_gpus": n * c.tp if n else None,
+                    "target_usd_per_hour": n * c.tp * price if n else math.nan})
+    return row
+
+
+def _limit_note(b: Boundary) -> str:
+    if b.lo is None:
+        return f"fails at every scale down to {FLOOR:g}x"
+    if b.hi is None:
+        return f"holds up to {CEILING:g}x (a lower bound)"
+    return ""
+
+
+def format_table(table: pd.DataFrame, with_target: bool) -> str:
+    """The ranked table as aligned plain text."""
+    view = VIEW + (TARGET_VIEW if with_target else ())
+    rows = []
+    for r in table.to_dict("records"):
+        model = f" {r['model']}" if r["model"] else ""
+        name = f"{r['rank']:>2}. {r['policy']} on {r['hardware']}{model} tp{r['tp']} x{r['replicas']}"
+        rows.append([name] + [f(r.get(col)) for _, col, f in view])
+    return render(["configuration"] + [h for h, _, _ in view], rows)
+
+
+def explain_boundary(b: Boundary, base_rate: float, gpu_name: str) -> str:
+    """``continuous on a100-80gb tp1 x1: holds at 4.4 req/s (k=0.80), fails at 4.7 req/s (k=0.85): ...``."""
+    head = b.candidate.label(gpu_name)
+    if b.lo is None:
+        return f"{head}: fails even at {_at(b.hi, base_rate)}: {_why(b.at_hi)}"
+    if b.hi is None:
+        return f"{head}: holds at {_at(b.lo, base_rate)}, the highest scale searched: capacity is at least that"
+    return (f"{head}: holds at {_at(b.lo, base_rate)}, fails at {_at(b.hi, base_rate)}: "
+            f"{_why(b.at_hi)}{_seed_note(b)}")
+
+
+def explain_sizing(s: Sizing, target_rate: float, gpu_name: str) -> str:
+    """``for 10 req/s: continuous on a100-80gb tp1 needs 3 replicas (guess 3); 2 fail: ...``."""
+    head = f"{s.group.policy} on {gpu_name}{' ' + s.group.model if s.group.model else ''} tp{s.group.tp}"
+    if s.replicas is None:
+        return f"for {fmt_num(target_rate)} req/s: {head}: {s.note}"
+    why = f"; {s.replicas - 1} fail: {_why(s.below)}" if s.below else ""
+    return (f"for {fmt_num(target_rate)} req/s: {head} needs {s.replicas} replica(s) "
+            f"(linear-scaling guess {s.estimate}), verified by simulation{why}")
+
+
+def _at(k: float, base_rate: float) -> str:
+    return f"{fmt_num(k * base_rate)} req/s (k={k:.3g})"
+
+
+def _why(v: SeedVerdict | None) -> str:
+    if v is None or v.holds:
+        return "-"
+    seeds = f" [{len(v.failed_seeds)}/{v.num_seeds} seeds]" if v.num_seeds > 1 else ""
+    return ", ".join(v.reasons) + seeds
+
+
+def _seed_note(b: Boundary) -> str:
+    """Spread of the boundary over seeds: each seed's lowest failing scale among the probes."""
+    if len(b.seed_hi) < 2:
+        return ""
+    his = [k for k in b.seed_hi.values() if k is not None]
+    never = len(b.seed_hi) - len(his)
+    spread = f"per-seed first failure k={min(his):.3g}..{max(his):.3g}" if his else ""
+    if never:
+        spread += f"{', ' if spread else ''}{never} seed(s) never failed in the probes"
+    return f"; {spread}"
+
+
+def write_capacity(out_dir: str | Path, table: pd.DataFrame, probes: list[dict]) -> list[Path]:
+    """Write ``capacity.csv`` (the ranked table) and ``probes.csv`` (every run), all or nothing."""
+    probes_df = pd.DataFrame(probes)
+    return _commit(Path(out_dir), {"capacity.csv": lambda p: table.to_csv(p, index=False),
+                                   "probes.csv": lambda p: probes_df.to_csv(p, index=False)})

@@ -1,0 +1,126 @@
+"""Searches for a boundary of a monotone yes/no question, run in lockstep.
+
+Each search is a generator: it yields the next point it wants to know about
+and is sent back whether that point *holds*; when it has its answer it
+returns it. Writing the searches this way keeps them free of simulation, so
+they can be tested with a fake oracle, and lets :func:`drive` ask the
+question for every live search at once: the probes of different candidates
+are independent, so one step of all bisections is one ``executor.map``.
+
+Both searches assume monotonicity (a higher rate fails if a lower one fails;
+more replicas hold if fewer hold); a noisy oracle can break that, which is
+why the capacity report keeps every probe.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Hashable
+from dataclasses import dataclass
+
+# Scale limits of the rate search: 1/64 .. 64 x the recorded rate.
+FLOOR, CEILING = 1 / 64, 64.0
+MAX_REPLICAS = 1024
+
+Search = Generator[float, bool, object]
+
+
+@dataclass(frozen=True)
+class Bracket:
+    """The boundary lies between ``lo`` (highest scale seen to hold) and ``hi``
+    (lowest scale seen to fail). ``lo`` is None when even the floor failed;
+    ``hi`` is None when even the ceiling held."""
+
+    lo: float | None
+    hi: float | None
+
+
+def rate_search(start: float = 1.0, tolerance: float = 0.05, floor: float = FLOOR,
+                ceiling: float = CEILING) -> Generator[float, bool, Bracket]:
+    """Bracket the boundary by doubling or halving from ``start``, then bisect it.
+
+    Bisection is geometric (the midpoint of ``lo`` and ``hi`` is
+    ``sqrt(lo * hi)``), as the tolerance is relative: it stops once
+    ``hi / lo <= 1 + tolerance``.
+    """
+    if not (tolerance > 0 and floor <= start <= ceiling):
+        raise ValueError("rate_search needs tolerance > 0 and floor <= start <= ceiling")
+    lo = hi = None
+    k = start
+    if (yield k):
+        lo = k
+        while hi is None and k * 2 <= ceiling * (1 + 1e-9):
+            k *= 2
+            lo, hi = (k, None) if (yield k) else (lo, k)
+    else:
+        hi = k
+        while lo is None and k / 2 >= floor * (1 - 1e-9):
+            k /= 2
+            lo, hi = (k, hi) if (yield k) else (None, k)
+    if lo is None or hi is None:
+        return Bracket(lo, hi)
+    while hi / lo > 1 + tolerance:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if (yield mid) else (lo, mid)
+    return Bracket(lo, hi)
+
+
+def fewest_search(start: int, limit: int = MAX_REPLICAS) -> Generator[int, bool, int | None]:
+    """The smallest n in 1..``limit`` that holds, starting from the guess ``start``.
+
+    From the guess it steps down (if the guess holds) or up (if it fails) by
+    1, 2, 4, ... until the answer changes, then bisects the integers between.
+    Returns None when even ``limit`` fails.
+    """
+    start = min(max(1, int(start)), limit)
+    if (yield start):
+        hi, lo, step = start, 0, 1  # lo: largest n known to fail (0: none)
+        while hi > 1:
+            n = max(1, hi - step)
+            if (yield n):
+                hi, step = n, step * 2
+            else:
+                lo = n
+                break
+    else:
+        lo, hi, step = start, None, 1
+        while hi is None:
+            if lo >= limit:
+                return None
+            n = min(limit, lo + step)
+            if (yield n):
+                hi = n
+            else:
+                lo, step = n, step * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if (yield mid) else (mid, hi)
+    return hi
+
+
+def drive(searches: dict[Hashable, Search],
+          holds: Callable[[list[tuple[Hashable, float]]], list[bool]]) -> dict[Hashable, object]:
+    """Run every search to its end; returns each one's result by key.
+
+    Each round collects the one point every live search is waiting on and
+    asks ``holds`` about all of them in a single call (a list of
+    ``(key, point)``, answered in order).
+    """
+    results: dict[Hashable, object] = {}
+    pending: dict[Hashable, float] = {}
+    for key, gen in searches.items():
+        _advance(key, gen, None, pending, results)
+    while pending:
+        asked = list(pending.items())
+        pending = {}
+        for (key, _), answer in zip(asked, holds(asked)):
+            _advance(key, searches[key], answer, pending, results)
+    return results
+
+
+def _advance(key, gen: Search, answer: bool | None, pending: dict, results: dict) -> None:
+    """Send ``answer`` (None: start the search); file its next point or its result."""
+    try:
+        pending[key] = next(gen) if answer is None else gen.send(bool(answer))
+    except StopIteration as stop:
+        results[key] = stop.value

@@ -1,0 +1,142 @@
+"""``simbatch capacity``: the highest rate each configuration serves within SLOs, and what a target rate costs."""
+
+from __future__ import annotations
+
+from simbatch.commands.common import add_scenario_arguments, load, print_notes
+from simbatch.errors import SimbatchError
+
+NAME = "capacity"
+HELP = "find the highest arrival rate each configuration serves within SLOs, and the cheapest for a target"
+ALL_POLICIES = "static,dynamic,continuous,chunked_prefill"
+
+
+def add_arguments(p) -> None:
+    add_scenario_arguments(p)
+    p.add_argument("--slo", action="append", default=[], metavar="KEY=MS",
+                   help="a target in ms, repeatable: <metric>_<stat>_ms (metric ttft, tpot, itl, e2el, queue; "
+                        "stat p50, p90, p99, mean), e.g. ttft_p99_ms=500; or per-request ttft_ms, tpot_ms, "
+                        "e2el_ms with --attainment")
+    p.add_argument("--attainment", type=float, help="fraction of requests that must meet the per-request targets")
+    p.add_argument("--policies", default=ALL_POLICIES, help="comma-separated policy kinds (default: all four)")
+    p.add_argument("--hardware", help="comma-separated GPU presets (default: the scenario's)")
+    p.add_argument("--model", help="comma-separated model presets (default: the scenario's)")
+    p.add_argument("--tp", help="comma-separated tensor-parallel degrees (default: the scenario's)")
+    p.add_argument("--replicas", help="comma-separated replica counts (default: the scenario's)")
+    p.add_argument("--seeds", help="comma-separated seeds; a rate holds only if it holds for all "
+                                   "(default: 3 for a random workload, 1 for a fixed trace)")
+    p.add_argument("--tolerance", type=float, default=0.05,
+                   help="stop bisecting when fail/hold rate <= 1 + this (default 0.05)")
+    p.add_argument("--target-rate", type=float, metavar="REQ_S",
+                   help="also find the fewest replicas (and $/hour) that serve this rate")
+    p.add_argument("--price", action="append", default=[], metavar="GPU=USD",
+                   help="override a GPU's $/GPU-hour, e.g. a100-80gb=1.8 (repeatable)")
+    p.add_argument("--prices", metavar="FILE", help="YAML mapping of GPU name to $/GPU-hour")
+    p.add_argument("--executor", default="process", choices=("inline", "process", "dask"),
+                   help="where runs execute (default: a local process pool)")
+    p.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
+    p.add_argument("--address", help="Dask scheduler address for --executor dask (default: a local cluster)")
+
+
+def run(args) -> None:
+    from simbatch.capacity import (
+        capacity_table,
+        default_seeds,
+        expand,
+        find_capacity,
+        format_table,
+        parse_slos,
+        price_table,
+        write_capacity,
+    )
+    from simbatch.executors import make_executor
+
+    scenario = load(args)
+    slo = parse_slos(args.slo, args.attainment, scenario.slo.as_dict())
+    hardware = _names(args.hardware, "--hardware", "hardware")
+    models = _names(args.model, "--model", "model")
+    candidates = expand(scenario, _policies(args.policies), hardware, models,
+                        _ints(args.tp, "--tp"), _ints(args.replicas, "--replicas"))
+    seeds = _ints(args.seeds, "--seeds", minimum=0) or default_seeds(scenario)
+    prices = price_table(args.price, args.prices, known=_gpu_names(scenario, hardware))
+    if args.jobs is not None and args.jobs < 1:
+        raise SimbatchError("--jobs", f"expected a positive integer, got {args.jobs}")
+    print(f"{scenario.name}: SLO {slo.describe()}; seeds {','.join(map(str, seeds))}; "
+          f"{len(candidates)} candidate(s)", flush=True)
+    executor = make_executor(args.executor, args.jobs, args.address)
+    try:
+        result = find_capacity(scenario, slo, candidates, seeds=seeds, tolerance=args.tolerance,
+                               target_rate=args.target_rate, executor=executor,
+                               log=lambda line: print(line, flush=True))
+    finally:
+        executor.close()
+    table = capacity_table(result, prices)
+    _print_explanations(result, table)
+    print(format_table(table, with_target=bool(args.target_rate)))
+    if args.out:
+        write_capacity(args.out, table, result.probes)
+        print(f"wrote {args.out}/capacity.csv and probes.csv ({len(result.probes)} runs)")
+
+
+def _print_explanations(result, table) -> None:
+    from simbatch.capacity import explain_boundary, explain_sizing
+    from simbatch.report.table import fmt_num
+
+    rates = result.seed_rates
+    per_seed = f" (mean over seeds: {', '.join(fmt_num(r) for r in rates.values())})" if len(rates) > 1 else ""
+    print(f"k = 1 is the workload as given: {fmt_num(result.base_rate)} req/s{per_seed}; "
+          f"{len(result.probes)} runs in all (every one in probes.csv)")
+    for cand, why in result.skipped.items():
+        print_notes([f"{cand.label(result.gpu_names[cand])}: {why}"], "skipped")
+    for b in result.boundaries:
+        print(explain_boundary(b, result.base_rate, result.gpu_names[b.candidate]))
+    for s in result.sizing.values():
+        print(explain_sizing(s, result.target_rate, result.gpu_names[s.group.with_replicas(1)]))
+    if result.target_rate and len(table) and table["target_usd_per_hour"].notna().any():
+        best = table.iloc[0]
+        print(f"cheapest for {fmt_num(result.target_rate)} req/s: {best['policy']} on {best['hardware']} "
+              f"tp{best['tp']} x {int(best['target_replicas'])} replica(s) = {int(best['target_gpus'])} GPU(s), "
+              f"${best['target_usd_per_hour']:.2f}/hour at ${best['usd_per_gpu_hour']:.2f}/GPU-hour "
+              f"(preset prices are indicative; see --price)")
+
+
+def _split(text: str | None) -> list[str]:
+    return [t.strip() for t in (text or "").split(",") if t.strip()]
+
+
+def _policies(text: str) -> list[str]:
+    from simbatch.policies import policy_class
+
+    kinds = list(dict.fromkeys(_split(text)))
+    if not kinds:
+        raise SimbatchError("--policies", f"expected comma-separated kinds, e.g. {ALL_POLICIES}")
+    for k in kinds:
+        policy_class({"kind": k}, "--policies")
+    return kinds
+
+
+def _names(text: str | None, flag: str, what: str) -> list[str] | None:
+    """Preset names, checked now (before any run); None when the flag is absent."""
+    from simbatch.hardware import get_gpu
+    from simbatch.models import get_model
+
+    names = list(dict.fromkeys(_split(text)))
+    get = get_gpu if what == "hardware" else get_model
+    return [get(n, flag).name for n in names] or None
+
+
+def _ints(text: str | None, flag: str, minimum: int = 1) -> list[int] | None:
+    values = []
+    for t in _split(text):
+        try:
+            values.append(int(t))
+        except ValueError:
+            raise SimbatchError(f"{flag} {text}", f"expected comma-separated integers, got {t!r}") from None
+        if values[-1] < minimum:
+            raise SimbatchError(f"{flag} {text}", f"expected integers >= {minimum}, got {t}")
+    return list(dict.fromkeys(values)) or None
+
+
+def _gpu_names(scenario, hardware: list[str] | None) -> set[str]:
+    from simbatch.hardware import get_gpu
+
+    return set(hardware or [get_gpu(scenario.data["hardware"], scenario.where("hardware")).name])
