@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from simbatch.commands.common import add_scenario_arguments, load, print_notes
+from simbatch.commands.common import (add_executor_arguments, add_scenario_arguments, load,
+                                      make_args_executor, print_notes)
 from simbatch.errors import SimbatchError
 
 NAME = "capacity"
@@ -31,10 +32,7 @@ def add_arguments(p) -> None:
     p.add_argument("--price", action="append", default=[], metavar="GPU=USD",
                    help="override a GPU's $/GPU-hour, e.g. a100-80gb=1.8 (repeatable)")
     p.add_argument("--prices", metavar="FILE", help="YAML mapping of GPU name to $/GPU-hour")
-    p.add_argument("--executor", default="process", choices=("inline", "process", "dask"),
-                   help="where runs execute (default: a local process pool)")
-    p.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
-    p.add_argument("--address", help="Dask scheduler address for --executor dask (default: a local cluster)")
+    add_executor_arguments(p)
 
 
 def run(args) -> None:
@@ -48,7 +46,6 @@ def run(args) -> None:
         price_table,
         write_capacity,
     )
-    from simbatch.executors import make_executor
 
     scenario = load(args)
     slo = parse_slos(args.slo, args.attainment, scenario.slo.as_dict())
@@ -58,11 +55,9 @@ def run(args) -> None:
                         _ints(args.tp, "--tp"), _ints(args.replicas, "--replicas"))
     seeds = _ints(args.seeds, "--seeds", minimum=0) or default_seeds(scenario)
     prices = price_table(args.price, args.prices, known=_gpu_names(scenario, hardware))
-    if args.jobs is not None and args.jobs < 1:
-        raise SimbatchError("--jobs", f"expected a positive integer, got {args.jobs}")
     print(f"{scenario.name}: SLO {slo.describe()}; seeds {','.join(map(str, seeds))}; "
           f"{len(candidates)} candidate(s)", flush=True)
-    executor = make_executor(args.executor, args.jobs, args.address)
+    executor = make_args_executor(args)
     try:
         result = find_capacity(scenario, slo, candidates, seeds=seeds, tolerance=args.tolerance,
                                target_rate=args.target_rate, executor=executor,

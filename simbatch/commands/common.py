@@ -46,3 +46,25 @@ def print_notes(messages: list[str], prefix: str = "note") -> None:
         print(f"{prefix}: {m}", file=sys.stderr)
     if len(messages) > MAX_NOTES:
         print(f"{prefix}: ... and {len(messages) - MAX_NOTES} more (all in run.log with --out)", file=sys.stderr)
+
+
+def add_executor_arguments(p: argparse.ArgumentParser) -> None:
+    """``--executor``, ``--jobs`` and ``--dask ADDRESS`` (which implies the Dask executor)."""
+    p.add_argument("--executor", choices=("inline", "process", "dask"), default=None,
+                   help="where runs execute (default: a local process pool, or dask with --dask)")
+    p.add_argument("--jobs", type=int, default=None, help="workers (default: one per core)")
+    p.add_argument("--dask", metavar="ADDRESS", default=None,
+                   help="'local' starts a Dask LocalCluster; tcp://host:8786 uses a running scheduler")
+
+
+def make_args_executor(args):
+    """The executor ``add_executor_arguments`` options ask for; contradictions are user errors."""
+    from simbatch.errors import SimbatchError
+    from simbatch.executors import make_executor
+
+    if args.dask is not None and args.executor not in (None, "dask"):
+        raise SimbatchError("--dask", f"needs --executor dask, not --executor {args.executor}")
+    if args.jobs is not None and args.jobs < 1:
+        raise SimbatchError("--jobs", f"must be >= 1, got {args.jobs}")
+    kind = "dask" if args.dask is not None else args.executor or "process"
+    return make_executor(kind, args.jobs, args.dask)

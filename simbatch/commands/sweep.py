@@ -10,8 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from simbatch.commands.common import add_scenario_arguments, load
-from simbatch.errors import SimbatchError
+from simbatch.commands.common import add_executor_arguments, add_scenario_arguments, load, make_args_executor
 
 NAME = "sweep"
 HELP = "run a scenario over a grid of parameters (resumable; CSV and Parquet table)"
@@ -23,20 +22,7 @@ def add_arguments(p) -> None:
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                    help="sweep a field over values, e.g. --grid policy.kind=static,continuous (repeatable; "
                         "adds to or replaces the scenario's sweep: section)")
-    p.add_argument("--executor", choices=("inline", "process", "dask"), default=None,
-                   help="where runs execute (default: process, or dask with --dask)")
-    p.add_argument("--jobs", type=int, default=None, help="workers (default: one per core)")
-    p.add_argument("--dask", metavar="ADDRESS", default=None,
-                   help="'local' starts a Dask LocalCluster; tcp://host:8786 uses a running scheduler")
-
-
-def executor_kind(args) -> str:
-    """``--executor``, with ``--dask`` implying ``dask``; a contradiction is a user error."""
-    if args.dask is not None and args.executor not in (None, "dask"):
-        raise SimbatchError("--dask", f"needs --executor dask, not --executor {args.executor}")
-    if args.jobs is not None and args.jobs < 1:
-        raise SimbatchError("--jobs", f"must be >= 1, got {args.jobs}")
-    return "dask" if args.dask is not None else args.executor or "process"
+    add_executor_arguments(p)
 
 
 def note(message: str) -> None:
@@ -45,14 +31,12 @@ def note(message: str) -> None:
 
 
 def run(args) -> None:
-    from simbatch.executors import make_executor
     from simbatch.sweep import run_sweep, sweep_grid
 
-    kind = executor_kind(args)
     scenario = load(args)
     grid = sweep_grid(scenario, args.grid)
     out_dir = args.out or Path("runs") / f"{scenario.name}-sweep"
-    executor = make_executor(kind, args.jobs, args.dask)
+    executor = make_args_executor(args)
     try:
         table = run_sweep(scenario, grid, out_dir, executor, progress=True, note=note)
     finally:
