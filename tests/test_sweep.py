@@ -265,3 +265,18 @@ def test_progress_bar_on_a_terminal_and_off_it():
     resumed = io.StringIO()
     Progress(3, done=3, stream=resumed, live=False, width=3, clock=lambda: now[0]).close()
     assert resumed.getvalue() == "[###] 3/3 runs, elapsed 0:00, ETA 0:00\n"  # all reused: nothing left
+
+
+def test_new_policy_kind_takes_the_scenarios_policies_section_like_compare():
+    from simbatch.scenario import from_dict
+    from simbatch.sweep.grid import expand, parse_grid_args
+
+    sc = from_dict({"workload": {"requests": [{"prompt": 10, "output": 2}]}, "model": "llama-2-7b",
+                    "hardware": "a100-80gb", "policy": {"kind": "continuous", "max_num_seqs": 8},
+                    "policies": {"static": {"batch_size": 3}}})
+    points, _ = expand(sc, parse_grid_args(["policy.kind=static,continuous,dynamic"]))
+    policies = {p.data["policy"]["kind"]: p.data["policy"] for p in points}
+    assert policies["static"] == {"kind": "static", "batch_size": 3}
+    assert policies["continuous"] == {"kind": "continuous", "max_num_seqs": 8}
+    assert policies["dynamic"] == {"kind": "dynamic"}
+    assert policies["static"] == sc.with_policy("static").data["policy"]

@@ -167,10 +167,11 @@ def run_id(data: dict) -> str:
 
 def set_field(data: dict, key: str, value, label: str) -> None:
     """Set dotted ``key`` in ``data`` in place, creating sections on the way."""
-    # The rule of --set (scenario.apply_overrides): a new policy kind starts
-    # from that kind's defaults, not from the old policy's parameters.
+    # As in `compare` (Scenario.with_policy): a new policy kind starts from the
+    # scenario's `policies.<kind>` parameters, else from that kind's defaults,
+    # never from the old policy's parameters.
     if key == "policy.kind" and (data.get("policy") or {}).get("kind") != value:
-        data["policy"] = {}
+        data["policy"] = dict(((data.get("policies") or {}).get(value) if isinstance(value, str) else None) or {})
     node = data
     *parents, last = key.split(".")
     for part in parents:
