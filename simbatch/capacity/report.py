@@ -9,7 +9,7 @@ import pandas as pd
 
 from simbatch.capacity.plan import Boundary, CapacityResult, SeedVerdict, Sizing
 from simbatch.capacity.search import CEILING, FLOOR
-from simbatch.report.outputs import _commit  # the project's all-or-nothing writer
+from simbatch.report.outputs import write_files
 from simbatch.report.table import fmt_int, fmt_num, render
 
 # (header, column, format) of the terminal table; the CSV has every column.
@@ -131,5 +131,5 @@ def _seed_note(b: Boundary) -> str:
 def write_capacity(out_dir: str | Path, table: pd.DataFrame, probes: list[dict]) -> list[Path]:
     """Write ``capacity.csv`` (the ranked table) and ``probes.csv`` (every run), all or nothing."""
     probes_df = pd.DataFrame(probes)
-    return _commit(Path(out_dir), {"capacity.csv": lambda p: table.to_csv(p, index=False),
+    return write_files(Path(out_dir), {"capacity.csv": lambda p: table.to_csv(p, index=False),
                                    "probes.csv": lambda p: probes_df.to_csv(p, index=False)})

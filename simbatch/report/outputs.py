@@ -13,6 +13,7 @@ import math
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -49,7 +50,7 @@ def _write_text(path: Path, lines: list[str]) -> None:
     path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
 
 
-def _commit(out_dir: Path, writers: dict[str, Callable[[Path], None]]) -> list[Path]:
+def write_files(out_dir: Path, writers: dict[str, Callable[[Path], None]]) -> list[Path]:
     """Run ``writers`` (file name -> function of its path) in a temp sibling, then move into place."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -67,6 +68,21 @@ def _commit(out_dir: Path, writers: dict[str, Callable[[Path], None]]) -> list[P
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
+    """``write`` a temp file beside ``path``, then rename it into place (never a half-written file)."""
+    # A unique name of our own rather than tempfile.mkstemp, whose files are
+    # private (0600): the renamed file gets the usual permissions.
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
 def write_run(out_dir, summary: dict, requests: pd.DataFrame, steps: pd.DataFrame,
               log_lines: list[str]) -> list[Path]:
     """Write ``summary.json``, ``requests.csv``, ``steps.csv`` and ``run.log`` into ``out_dir``.
@@ -74,7 +90,7 @@ def write_run(out_dir, summary: dict, requests: pd.DataFrame, steps: pd.DataFram
     ``out_dir`` is created if needed; files of the same names are replaced.
     Returns the written paths.
     """
-    return _commit(Path(out_dir), {
+    return write_files(Path(out_dir), {
         "summary.json": lambda p: _write_json(p, summary),
         "requests.csv": lambda p: _write_csv(p, requests),
         "steps.csv": lambda p: _write_csv(p, steps),
@@ -84,4 +100,4 @@ def write_run(out_dir, summary: dict, requests: pd.DataFrame, steps: pd.DataFram
 
 def write_comparison(out_dir, table: pd.DataFrame) -> Path:
     """Write ``comparison.csv`` (one row per policy) into ``out_dir``; returns its path."""
-    return _commit(Path(out_dir), {"comparison.csv": lambda p: _write_csv(p, table)})[0]
+    return write_files(Path(out_dir), {"comparison.csv": lambda p: _write_csv(p, table)})[0]

@@ -11,13 +11,12 @@ microseconds, rounded to 0.1 µs.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
 from simbatch.errors import SimbatchError
-from simbatch.report.outputs import json_safe
+from simbatch.report.outputs import atomic_write, json_safe
 
 DEFAULT_MAX_STEPS = 200_000
 DEFAULT_MAX_REQUESTS = 20_000
@@ -207,14 +206,5 @@ def write_trace(out, path, max_steps: int = DEFAULT_MAX_STEPS,
     """
     path = check_trace_path(path)
     text = json.dumps(trace_events(out, max_steps, max_requests), separators=(",", ":"), allow_nan=False)
-    # A plain open (not mkstemp, which makes the file 0600) so the trace gets
-    # the same permissions as the run's other outputs; the pid keeps
-    # concurrent writers apart.
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return path

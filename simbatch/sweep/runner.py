@@ -13,9 +13,7 @@
 from __future__ import annotations
 
 import json
-import os
 import time
-import uuid
 from pathlib import Path
 from typing import Callable
 
@@ -25,7 +23,7 @@ import yaml
 from simbatch.errors import SimbatchError
 from simbatch.executors import Executor, InlineExecutor
 from simbatch.metrics.summary import LATENCY_KEYS, SUMMARY_KEYS
-from simbatch.report.outputs import json_safe
+from simbatch.report.outputs import atomic_write, json_safe
 from simbatch.scenario import Scenario, from_dict
 from simbatch.sweep.grid import Grid, Point, expand
 from simbatch.sweep.progress import Progress
@@ -98,19 +96,6 @@ def blame(exc: SimbatchError, source: str, labels: dict[str, str]) -> SimbatchEr
         if field_path and (field_path == key or field_path.startswith((key + ".", key + "["))):
             return SimbatchError(label, exc.cause)
     return exc
-
-
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """``write`` a temp file beside ``path``, then rename it into place (never a half-written file)."""
-    # A unique name of our own rather than tempfile.mkstemp, whose files are
-    # private (0600): the renamed file gets the usual permissions.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def write_json(path: Path, obj: dict) -> None:
