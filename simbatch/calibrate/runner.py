@@ -1,0 +1,153 @@
+"""A whole calibration: build the layer, measure every operator, write the profile."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+import simbatch
+from simbatch.calibrate.bench_attention import bench_decode, bench_prefill
+from simbatch.calibrate.bench_linear import bench_linear
+from simbatch.calibrate.bench_misc import bench_allreduce, bench_misc, bench_step_overhead
+from simbatch.calibrate.device import available_cores, available_memory, device_facts, resolve_device
+from simbatch.calibrate.layers import build_layer
+from simbatch.calibrate.points import make_grid
+from simbatch.calibrate.timing import Timer
+from simbatch.errors import SimbatchError
+from simbatch.models import ModelSpec
+from simbatch.profiles import FORMAT, Profile, check_destination, write_profile
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+PROFILES_DIR = Path("calibration") / "profiles"
+# Per-layer weights above which a CPU calibration takes long enough to warn about
+# (the 'small' preset has 6M, Llama-2-7B 202M).
+SLOW_CPU_LAYER_PARAMS = 50_000_000
+# Timing settings: (warm-up calls, max repeats, min repeats, seconds budget per point).
+FULL_TIMING = (3, 15, 3, 0.5)
+QUICK_TIMING = (1, 5, 3, 0.2)
+
+
+def default_dtype(device_type: str) -> str:
+    """bfloat16 on a GPU (what serving engines run), float32 on CPU (where bf16 GEMMs are slow)."""
+    return "bfloat16" if device_type == "cuda" else "float32"
+
+
+def default_out(kind: str, model: str, dtype: str, tensor_parallel: int = 1) -> Path:
+    """``calibration/profiles/<device-kind>-<model>-<dtype>-tp<N>`` (relative to the working directory)."""
+    return PROFILES_DIR / f"{kind}-{model}-{dtype}-tp{tensor_parallel}"
+
+
+def calibrate(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, quick: bool = False,
+              out: str | Path | None = None, seed: int = 0, threads: int | None = None,
+              progress: Callable[[str], None] | None = None) -> tuple[Path, Profile]:
+    """Measure every operator of ``spec`` on ``device`` and write the profile folder.
+
+    Returns the folder (``out``, or :func:`default_out`) and the profile.
+    ``threads`` (torch's intra-op threads) defaults to the cores this process
+    may use. ``progress`` gets one line per measured point group (default: stderr).
+    """
+    progress = progress or _stderr_progress(time.perf_counter())
+    dev = resolve_device(device)
+    dtype = dtype or default_dtype(dev.type)
+    if dtype not in DTYPES:
+        raise SimbatchError("--dtype", f"expected one of {', '.join(DTYPES)}, got {dtype!r}")
+    if threads is not None and threads < 1:
+        raise SimbatchError("--threads", f"must be >= 1, got {threads}")
+    threads = threads or available_cores()
+    torch.set_num_threads(threads)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)  # CUDA events record on the current device
+    _check_size(spec, dev, DTYPES[dtype])
+    facts = device_facts(dev, threads)
+    out = Path(out) if out is not None else default_out(facts["kind"], spec.name, dtype)
+
+    check_destination(out)  # before minutes of measuring, not after
+
+    load_before = _load_average()
+    start = time.perf_counter()
+    rows, notes = measure(spec, dev, DTYPES[dtype], quick, seed, progress)
+    wall_s = time.perf_counter() - start
+    if load_before is not None:
+        notes.append(f"load average (1, 5, 15 min) {load_before} at start, {_load_average()} at end, "
+                     f"on {os.cpu_count()} CPUs ({threads} used by torch)")
+    header = _header(spec, facts, dtype, quick, seed, wall_s, notes, "cuda events" if dev.type == "cuda"
+                     else "perf_counter_ns")
+    profile = Profile(header, pd.DataFrame(rows))
+    return write_profile(profile, out), profile
+
+
+def _header(spec: ModelSpec, facts: dict, dtype: str, quick: bool, seed: int, wall_s: float, notes: list[str],
+            clock: str) -> dict:
+    """``profile.yaml``'s fields, in the order docs/profiles.md lists them."""
+    warmup, max_repeats, min_repeats, budget_s = QUICK_TIMING if quick else FULL_TIMING
+    return {
+        "format": FORMAT, "source": "measured", "device": facts, "dtype": dtype, "tensor_parallel": 1,
+        "model": {"name": spec.name, "num_layers": spec.num_layers, "hidden_size": spec.hidden_size,
+                  "num_heads": spec.num_heads, "num_kv_heads": spec.num_kv_heads, "head_dim": spec.head_dim,
+                  "intermediate_size": spec.intermediate_size, "vocab_size": spec.vocab_size,
+                  "gated_mlp": spec.gated_mlp},
+        "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "simbatch": simbatch.__version__, "quick": quick,
+        "timing": {"warmup": warmup, "repeats": max_repeats, "min_repeats": min_repeats, "budget_s": budget_s,
+                   "statistic": "median", "clock": clock, "seed": seed, "wall_s": round(wall_s, 1)},
+        "notes": notes,
+    }
+
+
+def measure(spec: ModelSpec, dev: torch.device, dtype: torch.dtype, quick: bool, seed: int,
+            progress: Callable[[str], None]) -> tuple[list[dict], list[str]]:
+    """Every operator's rows, and notes on what was left out and how it was measured."""
+    weights = build_layer(spec, dev, dtype, seed)
+    grid = make_grid(spec, quick, weights.dtype_bytes, available_memory(dev), dev.type)
+    timer = Timer(dev, *(QUICK_TIMING if quick else FULL_TIMING))
+    rows = bench_linear(weights, grid.tokens, timer, seed + 1, progress)
+    rows += bench_prefill(weights, grid.prefill, timer, seed + 2, progress)
+    rows += bench_decode(weights, grid.decode, timer, seed + 3, progress)
+    rows += bench_misc(weights, grid.tokens, timer, seed + 4, progress)
+    rows += bench_step_overhead(dev, grid.overhead_requests, timer, progress)
+    allreduce_rows, allreduce_note = bench_allreduce(dev, dtype, spec.hidden_size, grid.tokens, timer)
+    rows += allreduce_rows
+    notes = [
+        allreduce_note,
+        ("step_overhead: one engine step's Python work without the model (FCFS plan of batch_size decode "
+         "requests, input tensors built and copied to the device, sampled ids read back), num_tokens 0"),
+        "misc_step samples every row (argmax over the vocabulary): exact for decode, an upper bound for prefill",
+        "attn_decode pads K/V to the longest context with a key-padding mask when context_spread > 1",
+    ]
+    if grid.dropped:
+        notes.append(f"left out by the memory check: {'; '.join(grid.dropped)}")
+    return rows, notes
+
+
+def _check_size(spec: ModelSpec, dev: torch.device, dtype: torch.dtype) -> None:
+    """Refuse weights that do not fit; warn that big shapes are slow on CPU."""
+    element = torch.empty((), dtype=dtype).element_size()
+    weight_bytes = (spec.linear_params_per_layer + 2 * spec.vocab_size * spec.hidden_size) * element
+    free = available_memory(dev)
+    if weight_bytes > 0.8 * free:
+        raise SimbatchError("--model", f"{spec.name}'s layer, embedding and LM head need "
+                                       f"{weight_bytes / 2**30:.1f} GiB; {free / 2**30:.1f} GiB free on {dev}")
+    if dev.type == "cpu" and spec.linear_params_per_layer > SLOW_CPU_LAYER_PARAMS:
+        print(f"warning: {spec.name} on CPU is slow (each 8192-token GEMM takes seconds); "
+              "--quick takes minutes, a full calibration much longer", file=sys.stderr)
+
+
+def _load_average() -> str | None:
+    try:
+        return ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    except (AttributeError, OSError):
+        return None
+
+
+def _stderr_progress(start: float) -> Callable[[str], None]:
+    def progress(message: str) -> None:
+        print(f"calibrate: {message} ({time.perf_counter() - start:.1f} s)", file=sys.stderr, flush=True)
+
+    return progress
