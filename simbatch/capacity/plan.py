@@ -239,7 +239,8 @@ def check_candidates(scenario: Scenario, candidates: list[Candidate], workloads:
         model = get_model(sc.data["model"], sc.where("model"))
         names[c] = names[c.with_replicas(1)] = gpu.name
         try:
-            build_cost_model(sc.data.get("cost_model"), model, gpu, c.tp, sc.where("cost_model"))
+            build_cost_model(sc.data.get("cost_model"), model, gpu, c.tp, sc.where("cost_model"),
+                             base_dir=sc.base_dir)
             blocks = kv_blocks_per_replica(sc, model, gpu)
             for w in workloads:
                 check_requests_fit(w, sc, blocks, model.name)

@@ -1,12 +1,23 @@
 """Cost models: backends that price a step plan in seconds.
 
-:func:`build_cost_model` turns a scenario's ``cost_model:`` entry
-(``{kind: roofline, <parameters>}``) into a :class:`CostModel`. Only the
-analytic ``roofline`` kind exists so far; a calibrated ``profile`` kind (fitted
-to measured kernel timings) is planned.
+:func:`build_cost_model` turns a scenario's ``cost_model:`` entry into a
+:class:`CostModel`:
+
+- ``{kind: roofline, <parameters>}`` (the default): analytic, from FLOPs,
+  bytes and datasheet rates (:mod:`simbatch.costmodel.roofline`);
+- ``{kind: profile, path: DIR}``: fitted to a measured profile folder
+  (``docs/profiles.md``; ``DIR`` relative to the scenario file);
+- ``{kind: profile}``: the shipped Vidur measurements for the scenario's model
+  and hardware; ``gpu: <preset>`` names the GPU the measurements (shipped or
+  at ``path``) were taken on, and when it is not the scenario's hardware the
+  profile is rescaled to it (:mod:`simbatch.costmodel.whatif`).
+
+See ``docs/cost_models.md``.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from simbatch.costmodel.base import CostModel, StepCost
 from simbatch.costmodel.roofline import RooflineCostModel, check_params, check_tensor_parallel
@@ -16,16 +27,20 @@ from simbatch.models import ModelSpec, get_model
 
 __all__ = ["CostModel", "StepCost", "RooflineCostModel", "build_cost_model", "COST_MODEL_KINDS"]
 
-COST_MODEL_KINDS = ("roofline",)
+COST_MODEL_KINDS = ("roofline", "profile")
+PROFILE_KEYS = ("path", "gpu")
+SHIPPED_DATA = "simbatch/costmodel/data/vidur_knots.csv"  # what describe() names as the path
 
 
 def build_cost_model(spec: dict | str | None, model: ModelSpec | str | dict,
                      gpu: GPUSpec | str | dict, tensor_parallel: int = 1,
-                     where: str = "cost_model") -> CostModel:
-    """A cost model from its spec: ``{kind: roofline, ...params}``.
+                     where: str = "cost_model", base_dir: str | Path | None = None) -> CostModel:
+    """A cost model from its spec: ``{kind: roofline | profile, ...}``.
 
     ``spec`` may also be just the kind's name, or None / a dict without
-    ``kind`` for the default (roofline). Errors name ``where`` and the field.
+    ``kind`` for the default (roofline). ``base_dir`` resolves a relative
+    profile ``path`` (the scenario file's folder). Errors name ``where`` and
+    the field.
     """
     if spec is None:
         spec = {}
@@ -42,5 +57,59 @@ def build_cost_model(spec: dict | str | None, model: ModelSpec | str | dict,
     gpu = get_gpu(gpu, "gpu")
     # Check here too so that errors carry the caller's `where`.
     check_tensor_parallel(tensor_parallel, model, "tensor_parallel")
+    if kind.strip().lower() == "profile":
+        return _build_profile(params, model, gpu, tensor_parallel, where, base_dir)
     check_params(params, where)
     return RooflineCostModel(model, gpu, tensor_parallel, **params)
+
+
+def _build_profile(params: dict, model: ModelSpec, gpu: GPUSpec, tp: int, where: str,
+                   base_dir: str | Path | None) -> CostModel:
+    """A :class:`ProfileCostModel` from ``{path?, gpu?}`` (see the module docstring)."""
+    from simbatch.costmodel.profile import ProfileCostModel  # pandas-heavy: load on use
+    from simbatch.costmodel.vidur import describe_shipped, shipped_profile
+    from simbatch.costmodel.whatif import derive_profile
+
+    for key in params:
+        if key not in PROFILE_KEYS:
+            raise SimbatchError(f"{where}.{key}", f"unknown profile parameter; allowed: {', '.join(PROFILE_KEYS)}")
+    measured_on = get_gpu(params["gpu"], f"{where}.gpu") if "gpu" in params else gpu
+    if "path" in params:
+        path = _profile_dir(params["path"], base_dir, f"{where}.path")
+        profile = _read(path, f"{where}.path")
+    else:
+        path = SHIPPED_DATA
+        profile = shipped_profile(measured_on.name, model.name, tp)
+        if profile is None:
+            raise SimbatchError(where, f"no shipped profile for {model.name} on {measured_on.name} at "
+                                       f"tensor_parallel {tp}; shipped: {describe_shipped()}; give path: DIR "
+                                       f"(a profile folder), or gpu: one of those to rescale it to {gpu.name}")
+    if measured_on.name != gpu.name:
+        try:
+            profile = derive_profile(profile, measured_on, gpu)
+        except ValueError as exc:
+            raise SimbatchError(where, f"cannot rescale the profile to {gpu.name}: {exc}") from None
+    return ProfileCostModel(profile, model, gpu, tp, path=str(path), where=where)
+
+
+def _profile_dir(value, base_dir: str | Path | None, where: str) -> Path:
+    """The profile folder ``value`` names, relative to ``base_dir``; it must hold profile.yaml."""
+    if not isinstance(value, (str, Path)) or not str(value).strip():
+        raise SimbatchError(where, f"expected a folder path, got {value!r}")
+    path = Path(base_dir or ".") / Path(value).expanduser()
+    if not (path / "profile.yaml").is_file():
+        raise SimbatchError(where, f"no profile at {path} (expected a folder with profile.yaml "
+                                   "and measurements.csv, as `simbatch calibrate` writes)")
+    return path
+
+
+def _read(path: Path, where: str):
+    """``read_profile`` with its errors as one-line SimbatchErrors naming the field."""
+    from simbatch.profiles import read_profile
+
+    try:
+        return read_profile(path)
+    except SimbatchError as exc:
+        raise SimbatchError(where, exc.cause if exc.where == str(path) else str(exc)) from None
+    except (OSError, ValueError, KeyError) as exc:
+        raise SimbatchError(where, f"cannot read the profile at {path}: {exc}") from None

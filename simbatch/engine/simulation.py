@@ -74,7 +74,7 @@ def simulate(scenario: Scenario) -> RunResult:
     gpu = get_gpu(d["hardware"], scenario.where("hardware"))
     tp = scenario.cluster.tensor_parallel
     backend = build_cost_model(d.get("cost_model") or {"kind": "roofline"}, model, gpu, tp,
-                               scenario.where("cost_model"))
+                               scenario.where("cost_model"), base_dir=scenario.base_dir)
     blocks = kv_blocks_per_replica(scenario, model, gpu)
     check_requests_fit(workload, scenario, blocks, model.name)
     policy_cls, params = parse_policy(d["policy"], scenario.where("policy"))

@@ -79,7 +79,7 @@ def check_points(scenario: Scenario, grid: Grid, points: list[Point]) -> None:
             model = get_model(p.data["model"], sc.where("model"))
             gpu = get_gpu(p.data["hardware"], sc.where("hardware"))
             build_cost_model(p.data.get("cost_model") or {"kind": "roofline"}, model, gpu,
-                             sc.cluster.tensor_parallel, sc.where("cost_model"))
+                             sc.cluster.tensor_parallel, sc.where("cost_model"), base_dir=sc.base_dir)
             key = json.dumps(p.data["workload"], sort_keys=True, default=str)
             if key not in built:
                 build_workload(p.data["workload"], base_dir=sc.base_dir, seed=sc.seed, where=sc.where("workload"))
