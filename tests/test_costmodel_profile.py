@@ -294,3 +294,16 @@ def test_whatif_a100_to_a40_against_a40_measurements(a100_7b):
     cm = ProfileCostModel(derived, "llama-2-7b", "a40")
     assert cm.describe()["source"].startswith("derived:vidur:a100/")
     assert math.isfinite(cm.step_cost(decode(32)).seconds)
+
+
+def test_default_cost_model_uses_shipped_measurements_where_they_apply(tmp_path, capsys):
+    from simbatch.cli import main
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("workload: {requests: [{prompt: 100, output: 5}]}\nmodel: llama-2-7b\n"
+                        "hardware: a100-80gb\npolicy: {kind: continuous}\n")
+    assert main(["run", str(scenario), "--out", str(tmp_path / "a")]) == 0
+    assert "cost model    profile (vidur:" in capsys.readouterr().out
+    assert main(["run", str(scenario), "--set", "hardware=h100-sxm", "--out", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "cost model    roofline (analytic)" in out

@@ -3,8 +3,11 @@
 :func:`build_cost_model` turns a scenario's ``cost_model:`` entry into a
 :class:`CostModel`:
 
-- ``{kind: roofline, <parameters>}`` (the default): analytic, from FLOPs,
-  bytes and datasheet rates (:mod:`simbatch.costmodel.roofline`);
+- ``{kind: auto}`` (the default when a scenario gives no ``cost_model``):
+  the shipped measurements where they apply to the scenario's model, GPU and
+  tensor-parallel degree (``{kind: profile}``), the roofline elsewhere;
+- ``{kind: roofline, <parameters>}``: analytic, from FLOPs, bytes and
+  datasheet rates (:mod:`simbatch.costmodel.roofline`);
 - ``{kind: profile, path: DIR}``: fitted to a measured profile folder
   (``docs/profiles.md``; ``DIR`` relative to the scenario file);
 - ``{kind: profile}``: the shipped Vidur measurements for the scenario's model
@@ -27,7 +30,7 @@ from simbatch.models import ModelSpec, get_model
 
 __all__ = ["CostModel", "StepCost", "RooflineCostModel", "build_cost_model", "COST_MODEL_KINDS"]
 
-COST_MODEL_KINDS = ("roofline", "profile")
+COST_MODEL_KINDS = ("auto", "roofline", "profile")
 PROFILE_KEYS = ("path", "gpu")
 SHIPPED_DATA = "simbatch/costmodel/data/vidur_knots.csv"  # what describe() names as the path
 
@@ -38,7 +41,7 @@ def build_cost_model(spec: dict | str | None, model: ModelSpec | str | dict,
     """A cost model from its spec: ``{kind: roofline | profile, ...}``.
 
     ``spec`` may also be just the kind's name, or None / a dict without
-    ``kind`` for the default (roofline). ``base_dir`` resolves a relative
+    ``kind`` for the default (auto). ``base_dir`` resolves a relative
     profile ``path`` (the scenario file's folder). Errors name ``where`` and
     the field.
     """
@@ -49,7 +52,7 @@ def build_cost_model(spec: dict | str | None, model: ModelSpec | str | dict,
     elif not isinstance(spec, dict):
         raise SimbatchError(where, f"expected a mapping with a 'kind', got {type(spec).__name__}")
     params = dict(spec)
-    kind = params.pop("kind", "roofline")
+    kind = params.pop("kind", "auto")
     if not isinstance(kind, str) or kind.strip().lower() not in COST_MODEL_KINDS:
         raise SimbatchError(f"{where}.kind",
                             f"unknown cost model kind {kind!r}; allowed: {', '.join(COST_MODEL_KINDS)}")
@@ -57,10 +60,23 @@ def build_cost_model(spec: dict | str | None, model: ModelSpec | str | dict,
     gpu = get_gpu(gpu, "gpu")
     # Check here too so that errors carry the caller's `where`.
     check_tensor_parallel(tensor_parallel, model, "tensor_parallel")
-    if kind.strip().lower() == "profile":
+    kind = kind.strip().lower()
+    if kind == "auto":
+        kind = _auto_kind(params, model, gpu, tensor_parallel, where)
+    if kind == "profile":
         return _build_profile(params, model, gpu, tensor_parallel, where, base_dir)
     check_params(params, where)
     return RooflineCostModel(model, gpu, tensor_parallel, **params)
+
+
+def _auto_kind(params: dict, model: ModelSpec, gpu: GPUSpec, tp: int, where: str) -> str:
+    """``profile`` when measurements ship for this model, GPU and TP degree, else ``roofline``."""
+    from simbatch.costmodel.vidur import shipped_profile
+
+    if params:
+        raise SimbatchError(f"{where}.{next(iter(params))}", "kind auto takes no parameters; "
+                                                             "choose kind roofline or profile to set them")
+    return "profile" if shipped_profile(gpu.name, model.name, tp) is not None else "roofline"
 
 
 def _build_profile(params: dict, model: ModelSpec, gpu: GPUSpec, tp: int, where: str,

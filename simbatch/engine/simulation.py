@@ -73,7 +73,7 @@ def simulate(scenario: Scenario) -> RunResult:
     model = get_model(d["model"], scenario.where("model"))
     gpu = get_gpu(d["hardware"], scenario.where("hardware"))
     tp = scenario.cluster.tensor_parallel
-    backend = build_cost_model(d.get("cost_model") or {"kind": "roofline"}, model, gpu, tp,
+    backend = build_cost_model(d.get("cost_model"), model, gpu, tp,
                                scenario.where("cost_model"), base_dir=scenario.base_dir)
     blocks = kv_blocks_per_replica(scenario, model, gpu)
     check_requests_fit(workload, scenario, blocks, model.name)

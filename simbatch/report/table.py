@@ -118,4 +118,7 @@ def format_summary(summary: dict, title: str) -> str:
         f"MFU {fmt_pct(s['mfu'])} %, MBU {fmt_pct(s['mbu'])} % (while busy), KV peak {fmt_pct(s['kv_peak_frac'])} %",
         f"preemptions   {s['preemptions']}",
     ]
+    cm = s.get("cost_model")
+    if isinstance(cm, dict):  # which cost model priced the steps, and from what data
+        tail.append(f"cost model    {cm.get('kind')} ({cm.get('source')})")
     return "\n".join(head + [lat] + tail)

@@ -78,7 +78,7 @@ def check_points(scenario: Scenario, grid: Grid, points: list[Point]) -> None:
             sc = from_dict(p.data, scenario.source, scenario.base_dir)
             model = get_model(p.data["model"], sc.where("model"))
             gpu = get_gpu(p.data["hardware"], sc.where("hardware"))
-            build_cost_model(p.data.get("cost_model") or {"kind": "roofline"}, model, gpu,
+            build_cost_model(p.data.get("cost_model"), model, gpu,
                              sc.cluster.tensor_parallel, sc.where("cost_model"), base_dir=sc.base_dir)
             key = json.dumps(p.data["workload"], sort_keys=True, default=str)
             if key not in built:
