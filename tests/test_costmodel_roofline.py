@@ -119,7 +119,7 @@ def test_describe_and_build(a100_7b):
 
 
 @pytest.mark.parametrize("spec,fragment", [
-    ({"kind": "measured"}, "allowed: roofline, profile"),
+    ({"kind": "measured"}, "allowed: auto, roofline, profile"),
     ({"kind": "roofline", "computeeff": 0.5}, "computeeff.*allowed: .*compute_eff"),
     ({"kind": "roofline", "compute_eff": 0}, r"\(0, 1\]"),
     ({"kind": "roofline", "attn_bw_eff": -0.3}, r"\(0, 1\]"),
