@@ -184,7 +184,7 @@ def fifo_scenario(rate: float, n: int = N):
         "workload": {"synthetic": {"num_requests": n, "arrival": {"kind": "constant", "rate": rate},
                                    "prompt": {"kind": "constant", "value": P},
                                    "output": {"kind": "constant", "value": O}}},
-        "model": "llama-2-7b", "hardware": "a100-80gb",
+        "model": "llama-2-7b", "hardware": "a100-80gb", "cost_model": {"kind": "roofline"},  # as service_time()
         "policy": {"kind": "static", "batch_size": 1, "max_wait_s": 0},
     })
 
