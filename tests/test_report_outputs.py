@@ -14,35 +14,10 @@ from simbatch.report import (format_comparison, format_comparison_markdown, form
                              write_comparison, write_run)
 from simbatch.eventlog import EventLog
 from simbatch.report import outputs
-from simbatch.workload.request import Workload
+
+from logkit import PEAKS, three_requests, workload
 
 RUN_FILES = {"summary.json", "requests.csv", "steps.csv", "run.log"}
-PEAKS = {"peak_flops": 1e15, "peak_bandwidth": 4e12}
-
-
-def workload(arrival, prompt, output) -> Workload:
-    return Workload(np.asarray(arrival, float), np.asarray(prompt, np.int64), np.asarray(output, np.int64))
-
-
-def three_requests() -> tuple[EventLog, Workload]:
-    """The toy run of test_metrics.three_requests (kept here so the files import independently)."""
-    log = EventLog(3, 1)
-    log.kv_capacity_blocks = [100]
-    for start, prefill, decode, padded, kv in [(0.0, 4, 0, 0, 10), (0.01, 1, 1, 2, 30), (0.02, 1, 0, 0, 20),
-                                               (0.035, 14, 0, 4, 50)]:
-        log.record_step(replica=0, start_s=start, duration_s=0.01, num_seqs=1, num_slots=1, prefill_tokens=prefill,
-                        decode_tokens=decode, padded_tokens=padded, kv_used_blocks=kv, num_waiting=0,
-                        useful_flops=1e12, useful_bytes=2e9)
-    for run in [(0, 0, 0, 1), (1, 0, 2, 2), (0, 0, 3, 3), (2, 0, 3, 3)]:
-        log.record_token_run(*run)
-    log.arrival_s[:] = [0.0, 0.005, 0.030]
-    log.first_scheduled_s[:] = [0.0, 0.010, 0.035]
-    log.first_token_s[:] = [0.010, 0.030, 0.045]
-    log.finish_s[:] = [0.045, 0.030, np.nan]
-    log.num_emitted[:] = [3, 1, 1]
-    log.num_preemptions[:] = [1, 0, 0]
-    log.replica[:] = 0
-    return log, workload([0.0, 0.005, 0.030], [4, 2, 8], [3, 1, 5])
 
 
 @pytest.fixture()
