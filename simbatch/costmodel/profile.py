@@ -21,13 +21,12 @@ simulated step).
 from __future__ import annotations
 
 import math
-from operator import add
 
 import numpy as np
 
 from simbatch.costmodel.base import StepCost
 from simbatch.costmodel.fit import fit_profile
-from simbatch.costmodel.roofline import (DEFAULT_PARAMS, RooflineCostModel, _work, _zero_padding_slots,
+from simbatch.costmodel.roofline import (DEFAULT_PARAMS, RooflineCostModel, decode_work, plan_work,
                                          check_tensor_parallel)
 from simbatch.errors import SimbatchError
 from simbatch.hardware import GPUSpec, get_gpu
@@ -128,9 +127,17 @@ class ProfileCostModel:
 
     def step_cost(self, plan: StepPlan) -> StepCost:
         """Seconds for one step, split by part; useful FLOPs/bytes exclude padding."""
-        new, ctx, pad, rids = plan.num_new_tokens, plan.num_context_tokens, plan.num_pad_tokens, plan.request_ids
-        q = new if pad is None else list(map(add, new, pad))
-        work = _work(q, ctx, plan.num_decode_slots)
+        work, kept, live = plan_work(plan)
+        return self.price(work, kept, live)
+
+    def decode_cost(self, num_seqs: int, context_sum: int) -> StepCost:
+        """Exactly :meth:`step_cost` of ``num_seqs`` unpadded decode slots with contexts summing to
+        ``context_sum``, in O(1) (for the engine's fast path)."""
+        work = decode_work(num_seqs, context_sum)
+        return self.price(work, work, num_seqs)
+
+    def price(self, work: tuple, kept: tuple, live: int) -> StepCost:
+        """The step's cost from its summed work (``roofline.plan_work``); ``live``: non-padding slots."""
         tokens, rows, dec, pre = work
         lin = self._by_tokens.get(tokens)
         if lin is None:
@@ -145,13 +152,10 @@ class ProfileCostModel:
             "attn_prefill": self._attn(self._pre, pre, True),
             "attn_decode": self._attn(self._dec, dec, False),
             "allreduce": lin[1],
-            "overhead": over["step_overhead_s"] + over["per_seq_overhead_s"] * (len(rids) - rids.count(-1)),
+            "overhead": over["step_overhead_s"] + over["per_seq_overhead_s"] * live,
             "misc": lin[2],
         }
-        if pad is not None or -1 in rids:  # padding present: count kept work only
-            kept = _zero_padding_slots(new, rids) if -1 in rids else new
-            work = _work(kept, ctx, plan.num_decode_slots)
-        flops, nbytes = self._roof._counts(work)
+        flops, nbytes = self._roof._counts(kept)
         return StepCost(sum(bd.values()), bd, flops, nbytes)
 
     def _token_parts(self, tokens: int) -> tuple[float, float, float]:

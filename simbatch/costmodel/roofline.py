@@ -115,10 +115,17 @@ class RooflineCostModel:
 
     def step_cost(self, plan: StepPlan) -> StepCost:
         """Seconds for one step, split by part; useful FLOPs/bytes exclude padding."""
-        new, ctx, pad = plan.num_new_tokens, plan.num_context_tokens, plan.num_pad_tokens
-        rids = plan.request_ids
-        q = new if pad is None else list(map(add, new, pad))
-        work = _work(q, ctx, plan.num_decode_slots)
+        work, kept, live = plan_work(plan)
+        return self.price(work, kept, live)
+
+    def decode_cost(self, num_seqs: int, context_sum: int) -> StepCost:
+        """Exactly :meth:`step_cost` of ``num_seqs`` unpadded decode slots whose contexts sum to
+        ``context_sum``, in O(1) (the engine's fast path prices runs of decode steps with it)."""
+        work = decode_work(num_seqs, context_sum)
+        return self.price(work, work, num_seqs)
+
+    def price(self, work: tuple, kept: tuple, live: int) -> StepCost:
+        """The step's cost from its summed work (:func:`plan_work`); ``live``: non-padding slots."""
         tokens, rows, dec, pre = work
         lin = self._linear_seconds(tokens)
         lm = max(rows * self._lm_flops_row * self._lin_inv_flops,
@@ -130,12 +137,9 @@ class RooflineCostModel:
             "attn_prefill": self._attn_seconds(pre),
             "attn_decode": self._attn_seconds(dec),
             "allreduce": tokens * self._ar_tok + self._ar_fixed if tokens else 0.0,
-            "overhead": p["step_overhead_s"] + p["per_seq_overhead_s"] * (len(rids) - rids.count(-1)),
+            "overhead": p["step_overhead_s"] + p["per_seq_overhead_s"] * live,
         }
-        if pad is not None or -1 in rids:  # padding present: count kept work only
-            kept = _zero_padding_slots(new, rids) if -1 in rids else new
-            work = _work(kept, ctx, plan.num_decode_slots)
-        flops, nbytes = self._counts(work)
+        flops, nbytes = self._counts(kept)
         return StepCost(sum(bd.values()), bd, flops, nbytes)
 
     def _linear_seconds(self, tokens: int) -> float:
@@ -165,6 +169,25 @@ class RooflineCostModel:
         if rows:
             nbytes += self._lm_weight_bytes + rows * self._lm_act_row
         return float(flops), float(nbytes)
+
+
+def plan_work(plan: StepPlan) -> tuple[tuple, tuple, int]:
+    """(work computed, work kept, live slots) of a plan; kept work leaves padding out."""
+    new, ctx, pad, rids = plan.num_new_tokens, plan.num_context_tokens, plan.num_pad_tokens, plan.request_ids
+    q = new if pad is None else list(map(add, new, pad))
+    work = _work(q, ctx, plan.num_decode_slots)
+    kept = work
+    if pad is not None or -1 in rids:  # padding present: count kept work only
+        kept_new = _zero_padding_slots(new, rids) if -1 in rids else new
+        kept = _work(kept_new, ctx, plan.num_decode_slots)
+    return work, kept, len(rids) - rids.count(-1)
+
+
+def decode_work(num_seqs: int, context_sum: int) -> tuple:
+    """What :func:`_work` returns for ``num_seqs`` one-token decode slots with contexts summing
+    to ``context_sum`` (the same integers, so prices built on it are bit-identical)."""
+    n, s = num_seqs, context_sum
+    return n, n, (s + n, s + n, n), (0, 0, 0)
 
 
 def _work(q: list[int], ctx: list[int], num_decode: int) -> tuple:
