@@ -67,6 +67,12 @@ class KVCache:
         self.num_used += num_blocks
         seq.num_blocks += num_blocks
 
+    def take(self, num_blocks: int) -> None:
+        """Hand out blocks in bulk; the caller adds them to their owners' counts later (fast path)."""
+        if num_blocks > self.num_blocks - self.num_used:
+            raise RuntimeError(f"KV over-allocation: {num_blocks} > {self.num_free} free")
+        self.num_used += num_blocks
+
     def free(self, seq: Sequence) -> None:
         """Return every block ``seq`` holds."""
         self.num_used -= seq.num_blocks

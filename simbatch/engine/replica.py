@@ -12,6 +12,7 @@ from __future__ import annotations
 import simpy
 
 from simbatch.costmodel.base import CostModel
+from simbatch.engine.fast_forward import decode_run
 from simbatch.eventlog import EventLog
 from simbatch.plan import StepPlan
 from simbatch.policies.base import Policy
@@ -22,7 +23,8 @@ class Replica:
     """Runs one policy over one backend, recording into a shared :class:`EventLog`."""
 
     def __init__(self, env: simpy.Environment, index: int, policy: Policy,
-                 backend: CostModel, log: EventLog, seqs: list[Sequence | None]):
+                 backend: CostModel, log: EventLog, seqs: list[Sequence | None],
+                 fast_forward: bool = True):
         self.env = env
         self.index = index
         self.policy = policy
@@ -30,7 +32,7 @@ class Replica:
         self.log = log
         self.seqs = seqs  # shared id -> Sequence table, filled by the dispatcher
         self.wakeup = env.event()
-        self.busy = False
+        self.fast_forward = fast_forward  # steady decode runs skip the policy (same results)
         log.kv_capacity_blocks[index] = policy.kv.num_blocks
         self.process = env.process(self.run())
 
@@ -44,6 +46,9 @@ class Replica:
         """The engine loop: schedule, run, postprocess; sleep when there is nothing to do."""
         env, policy = self.env, self.policy
         while True:
+            if self.fast_forward and policy.steady_decode():
+                if (yield from decode_run(self)):
+                    continue
             start = env.now
             plan = policy.schedule(start)
             if plan is None:

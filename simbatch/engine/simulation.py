@@ -65,8 +65,12 @@ def check_requests_fit(workload: Workload, scenario: Scenario, blocks: int, mode
             f"set workload.max_total_tokens or use more memory")
 
 
-def simulate(scenario: Scenario) -> RunResult:
-    """Run ``scenario`` to completion in simulated time and return its event log."""
+def simulate(scenario: Scenario, fast_forward: bool = True) -> RunResult:
+    """Run ``scenario`` to completion in simulated time and return its event log.
+
+    ``fast_forward=False`` takes every step through the policy (the reference
+    the fast path is tested against; results are identical).
+    """
     d = scenario.data
     workload = build_workload(d["workload"], base_dir=scenario.base_dir, seed=scenario.seed,
                               where=scenario.where("workload"))
@@ -88,7 +92,7 @@ def simulate(scenario: Scenario) -> RunResult:
     for r in range(scenario.cluster.replicas):
         kv = KVCache(blocks, scenario.kv_cache.block_size, scenario.kv_cache.mode)
         policy = policy_cls(params, kv, note=log.note)
-        replicas.append(Replica(env, r, policy, backend, log, seqs))
+        replicas.append(Replica(env, r, policy, backend, log, seqs, fast_forward))
     env.process(dispatch(env, workload, replicas, seqs, log))
     env.run()
     flush_unfinished(seqs, replicas, log)

@@ -50,6 +50,12 @@ class Policy:
         """When idle, the time a timer should wake the engine (None: only an arrival)."""
         return None
 
+    def steady_decode(self) -> bool:
+        """True when the next plan is "every running request decodes one token" and stays so
+        until a request finishes, one arrives or KV blocks run short (the engine then may
+        fast-forward those steps). Policies that cannot promise it say False."""
+        return False
+
     def on_step_done(self, plan: StepPlan, finished: list[Sequence], now: float) -> None:
         """Retire finished requests after a step (free their KV as the policy's rules say)."""
         raise NotImplementedError

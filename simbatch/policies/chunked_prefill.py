@@ -64,6 +64,14 @@ class ChunkedPrefillPolicy(IterationPolicy):
             num_decode_slots=len(decodes),
         )
 
+    def steady_decode(self) -> bool:
+        # ... and only while every decode fits in the step's token budget.
+        return len(self.running) <= self.params.budget and super().steady_decode()
+
+    def admission_tokens(self, seq: Sequence) -> int:
+        # What is left of the budget after every running decode's token.
+        return min(seq.num_remaining, self.params.chunk_size, self.params.budget - len(self.running))
+
     def chunk(self, seq: Sequence, budget: int) -> int:
         """Tokens ``seq`` computes this step: one if decoding, else its next prefill chunk."""
         if seq.is_decoding:

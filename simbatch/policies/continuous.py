@@ -63,6 +63,13 @@ class ContinuousPolicy(IterationPolicy):
             num_decode_slots=len(decodes),
         )
 
+    def admission_tokens(self, seq: Sequence) -> int:
+        # Whole prompts; with mixing, the decodes take one token each of the budget first.
+        budget = self.params.max_num_batched_tokens
+        if self.params.mix_prefill_decode:
+            budget -= len(self.running)
+        return seq.num_remaining if seq.num_remaining <= budget else 0
+
     def grow_decodes(self) -> list[Sequence]:
         """Every running request, oldest first, with a block for its next token.
 

@@ -24,6 +24,31 @@ class IterationPolicy(Policy):
     def max_request_tokens(self) -> int | None:
         return None
 
+    def steady_decode(self) -> bool:
+        # Everyone decoding and nobody admissible: schedule() would plan all
+        # running requests, one token each, in admission order, until a finish
+        # frees seats or blocks (or, with an empty queue, until an arrival).
+        if not self.running or not all(s.is_decoding for s in self.running):
+            return False
+        return not self.waiting or self.head_blocked()
+
+    def head_blocked(self) -> bool:
+        """The queue's head cannot be admitted, and only a finish can change that: seats are
+        full, the step's tokens are spoken for, or its blocks exceed what is free (and free
+        blocks only shrink while requests decode)."""
+        if len(self.running) >= self.params.max_num_seqs:
+            return True
+        seq = self.waiting[0]
+        n = self.admission_tokens(seq)
+        if n <= 0:
+            return True
+        reserve = int(self.params.watermark * self.kv.num_blocks)
+        return not self.kv.can_allocate(self.kv.blocks_needed(seq, n), reserve)
+
+    def admission_tokens(self, seq: Sequence) -> int:
+        """Tokens the head would compute if admitted next step (0 or less: no room in the step)."""
+        raise NotImplementedError
+
     def on_step_done(self, plan: StepPlan, finished: list[Sequence], now: float) -> None:
         if finished:
             for s in finished:

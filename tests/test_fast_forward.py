@@ -1,0 +1,70 @@
+"""The fast path (steady decode runs) gives exactly the step-by-step engine's results."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simbatch.engine.simulation import simulate
+from simbatch.metrics import request_table
+from simbatch.scenario import from_dict
+
+
+def scenario(seed: int, kind: str, mode: str, utilization: float, rate: float, replicas: int):
+    policy = {"continuous": {"kind": "continuous", "max_num_seqs": 48},
+              "chunked_prefill": {"kind": "chunked_prefill", "max_num_seqs": 48, "chunk_size": 256,
+                                  "max_num_batched_tokens": 300}}[kind]
+    return from_dict({
+        "workload": {"synthetic": {
+            "num_requests": 150, "arrival": {"kind": "gamma", "rate": rate, "cv": 2.0},
+            "prompt": {"kind": "lognormal", "median": 300, "sigma": 0.8, "max": 1500},
+            "output": {"kind": "lognormal", "median": 60, "sigma": 0.9, "max": 400}}},
+        "model": "llama-2-7b", "hardware": "a100-40gb", "cost_model": {"kind": "roofline"},
+        "cluster": {"replicas": replicas},
+        # a small KV cache (0.36 x 40 GiB leaves ~1,000 blocks) so that runs end in preemptions too
+        "kv_cache": {"mode": mode, "gpu_memory_utilization": utilization},
+        "policy": policy, "seed": seed,
+    })
+
+
+def runs(log):
+    return sorted(zip(log.run_request, log.run_replica, log.run_first, log.run_last))
+
+
+def per_replica_steps(log):
+    table = log.step_table()
+    order = np.lexsort((table["start_s"], table["replica"]))  # replicas interleave differently
+    return {k: v[order] for k, v in table.items()}
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10_000), kind=st.sampled_from(["continuous", "chunked_prefill"]),
+       mode=st.sampled_from(["paged", "max_length"]), utilization=st.sampled_from([0.36, 0.9]),
+       rate=st.sampled_from([2.0, 20.0]), replicas=st.sampled_from([1, 2]))
+def test_fast_path_equals_step_by_step(seed, kind, mode, utilization, rate, replicas):
+    sc = scenario(seed, kind, mode, utilization, rate, replicas)
+    fast, slow = simulate(sc, fast_forward=True), simulate(sc, fast_forward=False)
+    a, b = per_replica_steps(fast.log), per_replica_steps(slow.log)
+    for col in a:
+        assert np.array_equal(a[col], b[col]), col
+    for name in ("first_scheduled_s", "first_token_s", "finish_s", "num_emitted", "num_preemptions"):
+        assert np.array_equal(getattr(fast.log, name), getattr(slow.log, name), equal_nan=True), name
+    assert runs(fast.log) == runs(slow.log)
+    assert request_table(fast.log, fast.workload).equals(request_table(slow.log, slow.workload))
+
+
+def test_fast_path_takes_most_steps_of_a_steady_run():
+    sc = scenario(0, "continuous", "paged", 0.9, 2.0, 1)
+    calls = []
+    fast = simulate(sc)
+    slow_steps = len(simulate(sc, fast_forward=False).log.steps["start_s"])
+    assert len(fast.log.steps["start_s"]) == slow_steps
+    # the policy is asked far less often than there are steps
+    from simbatch.policies.continuous import ContinuousPolicy
+
+    original = ContinuousPolicy.schedule
+    ContinuousPolicy.schedule = lambda self, now: calls.append(now) or original(self, now)
+    try:
+        simulate(sc)
+    finally:
+        ContinuousPolicy.schedule = original
+    assert len(calls) < slow_steps / 3
