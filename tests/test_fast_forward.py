@@ -10,7 +10,10 @@ from simbatch.scenario import from_dict
 
 
 def scenario(seed: int, kind: str, mode: str, utilization: float, rate: float, replicas: int):
-    policy = {"continuous": {"kind": "continuous", "max_num_seqs": 48},
+    policy = {"static": {"kind": "static", "batch_size": 8, "max_wait_s": 0.2},
+              "dynamic": {"kind": "dynamic", "max_batch_size": 8, "preferred_batch_sizes": [4],
+                          "max_queue_delay_us": 50_000, "bucket_by_length": True},
+              "continuous": {"kind": "continuous", "max_num_seqs": 48},
               "chunked_prefill": {"kind": "chunked_prefill", "max_num_seqs": 48, "chunk_size": 256,
                                   "max_num_batched_tokens": 300}}[kind]
     return from_dict({
@@ -36,8 +39,8 @@ def per_replica_steps(log):
     return {k: v[order] for k, v in table.items()}
 
 
-@settings(max_examples=12, deadline=None)
-@given(seed=st.integers(0, 10_000), kind=st.sampled_from(["continuous", "chunked_prefill"]),
+@settings(max_examples=16, deadline=None)
+@given(seed=st.integers(0, 10_000), kind=st.sampled_from(["static", "dynamic", "continuous", "chunked_prefill"]),
        mode=st.sampled_from(["paged", "max_length"]), utilization=st.sampled_from([0.36, 0.9]),
        rate=st.sampled_from([2.0, 20.0]), replicas=st.sampled_from([1, 2]))
 def test_fast_path_equals_step_by_step(seed, kind, mode, utilization, rate, replicas):

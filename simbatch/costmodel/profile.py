@@ -26,7 +26,7 @@ import numpy as np
 
 from simbatch.costmodel.base import StepCost
 from simbatch.costmodel.fit import fit_profile
-from simbatch.costmodel.roofline import (DEFAULT_PARAMS, RooflineCostModel, decode_work, plan_work,
+from simbatch.costmodel.roofline import (DEFAULT_PARAMS, PricedByWork, RooflineCostModel,
                                          check_tensor_parallel)
 from simbatch.errors import SimbatchError
 from simbatch.hardware import GPUSpec, get_gpu
@@ -50,7 +50,7 @@ def profile_origin(header: dict) -> str:
     return f"{header.get('source', 'measured')}:{device}"
 
 
-class ProfileCostModel:
+class ProfileCostModel(PricedByWork):
     """Prices a :class:`StepPlan` from a profile's fitted operators (module docstring)."""
 
     name = "profile"
@@ -124,17 +124,6 @@ class ProfileCostModel:
         # Memo tables: a run prices the same few thousand token counts over and over.
         self._by_tokens: dict[int, tuple[float, float, float]] = {}
         self._by_rows: dict[int, float] = {}
-
-    def step_cost(self, plan: StepPlan) -> StepCost:
-        """Seconds for one step, split by part; useful FLOPs/bytes exclude padding."""
-        work, kept, live = plan_work(plan)
-        return self.price(work, kept, live)
-
-    def decode_cost(self, num_seqs: int, context_sum: int) -> StepCost:
-        """Exactly :meth:`step_cost` of ``num_seqs`` unpadded decode slots with contexts summing to
-        ``context_sum``, in O(1) (for the engine's fast path)."""
-        work = decode_work(num_seqs, context_sum)
-        return self.price(work, work, num_seqs)
 
     def price(self, work: tuple, kept: tuple, live: int) -> StepCost:
         """The step's cost from its summed work (``roofline.plan_work``); ``live``: non-padding slots."""

@@ -60,7 +60,35 @@ DEFAULT_PARAMS: dict[str, float] = {
 _EFFICIENCIES = ("compute_eff", "bw_eff", "attn_compute_eff", "attn_bw_eff", "allreduce_eff")
 
 
-class RooflineCostModel:
+class PricedByWork:
+    """Cost models that price a step from its summed work (``price(work, kept, live)``).
+
+    Besides :meth:`step_cost` they price the engine fast path's steps in O(1),
+    through the same ``price`` and the same integers, so the seconds are
+    bit-identical to pricing the plans themselves.
+    """
+
+    def price(self, work: tuple, kept: tuple, live: int) -> StepCost:
+        raise NotImplementedError
+
+    def step_cost(self, plan: StepPlan) -> StepCost:
+        """Seconds for one step, split by part; useful FLOPs/bytes exclude padding."""
+        work, kept, live = plan_work(plan)
+        return self.price(work, kept, live)
+
+    def decode_cost(self, num_seqs: int, context_sum: int) -> StepCost:
+        """:meth:`step_cost` of ``num_seqs`` unpadded decode slots whose contexts sum to ``context_sum``."""
+        work = decode_work(num_seqs, context_sum)
+        return self.price(work, work, num_seqs)
+
+    def padded_decode_cost(self, num_slots: int, num_live: int, context: int) -> StepCost:
+        """:meth:`step_cost` of a padded batch's decode step: ``num_slots`` rows at context
+        ``context``, of which ``num_live`` hold a live request (the rest compute padding)."""
+        return self.price(decode_work(num_slots, num_slots * context),
+                          decode_work(num_live, num_live * context), num_live)
+
+
+class RooflineCostModel(PricedByWork):
     """Prices a :class:`StepPlan` with a per-kernel roofline (see the module docstring)."""
 
     name = "roofline"
@@ -112,17 +140,6 @@ class RooflineCostModel:
             self._ar_fixed = 2 * L * g.link_latency_s
         else:
             self._ar_tok = self._ar_fixed = 0.0
-
-    def step_cost(self, plan: StepPlan) -> StepCost:
-        """Seconds for one step, split by part; useful FLOPs/bytes exclude padding."""
-        work, kept, live = plan_work(plan)
-        return self.price(work, kept, live)
-
-    def decode_cost(self, num_seqs: int, context_sum: int) -> StepCost:
-        """Exactly :meth:`step_cost` of ``num_seqs`` unpadded decode slots whose contexts sum to
-        ``context_sum``, in O(1) (the engine's fast path prices runs of decode steps with it)."""
-        work = decode_work(num_seqs, context_sum)
-        return self.price(work, work, num_seqs)
 
     def price(self, work: tuple, kept: tuple, live: int) -> StepCost:
         """The step's cost from its summed work (:func:`plan_work`); ``live``: non-padding slots."""

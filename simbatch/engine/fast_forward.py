@@ -13,6 +13,8 @@ are advanced once at the end.
 
 from __future__ import annotations
 
+from simbatch.sequence import FINISHED
+
 
 def block_slack(seqs, block_size: int) -> list[int] | None:
     """Per request, decode steps left before it needs a new block (None: not a paged steady state)."""
@@ -22,8 +24,41 @@ def block_slack(seqs, block_size: int) -> list[int] | None:
     return slack
 
 
+def steady_run(replica):
+    """SimPy sub-process: fast-forward the steady state the policy promises; returns steps run."""
+    if replica.policy.steady_kind == "padded_batch":
+        return (yield from padded_run(replica))
+    return (yield from decode_run(replica))
+
+
+def padded_run(replica):
+    """Decode steps of a started padded batch until one of its rows is about to finish."""
+    env, policy, log = replica.env, replica.policy, replica.log
+    cost_of = getattr(replica.backend, "padded_decode_cost", None)
+    batch = policy.batch
+    live = [s for s in batch.seqs if s.status != FINISHED]
+    limit = min(s.output_tokens - s.num_generated for s in live) - 1
+    if cost_of is None or limit <= 0:
+        return 0
+    slots, n = len(batch.seqs), len(live)
+    step0, decoded0 = log.replica_num_steps[replica.index], batch.num_decodes_done
+    used = policy.kv.num_used  # reserved up front: constant through the batch
+    for done in range(limit):
+        # the padded context PaddedBatch.next_plan would use for this decode step
+        cost = cost_of(slots, n, batch.max_prompt + decoded0 + done)
+        start, waiting = env.now, policy.num_waiting
+        yield env.timeout(cost.seconds)
+        log.record_step(replica=replica.index, start_s=start, duration_s=cost.seconds, num_seqs=n,
+                        num_slots=slots, prefill_tokens=0, decode_tokens=n, padded_tokens=slots - n,
+                        kv_used_blocks=used, num_waiting=waiting, useful_flops=cost.useful_flops,
+                        useful_bytes=cost.useful_bytes)
+    batch.num_decodes_done += limit
+    advance(replica, live, [], step0, limit, 1)
+    return limit
+
+
 def decode_run(replica):
-    """SimPy sub-process: run steady decode steps; returns how many it ran (0: none)."""
+    """Steady decode steps of every running request; returns how many it ran (0: none)."""
     env, policy, kv, log = replica.env, replica.policy, replica.policy.kv, replica.log
     decode_cost = getattr(replica.backend, "decode_cost", None)
     seqs = list(policy.running)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import simpy
 
 from simbatch.costmodel.base import CostModel
-from simbatch.engine.fast_forward import decode_run
+from simbatch.engine.fast_forward import steady_run
 from simbatch.eventlog import EventLog
 from simbatch.plan import StepPlan
 from simbatch.policies.base import Policy
@@ -47,7 +47,7 @@ class Replica:
         env, policy = self.env, self.policy
         while True:
             if self.fast_forward and policy.steady_decode():
-                if (yield from decode_run(self)):
+                if (yield from steady_run(self)):
                     continue
             start = env.now
             plan = policy.schedule(start)

@@ -22,6 +22,9 @@ class Policy:
 
     kind: ClassVar[str] = ""
     Params: ClassVar[type]
+    # Which steady state steady_decode() promises (see simbatch.engine.fast_forward):
+    # "running" (every running request decodes) or "padded_batch" (the batch decodes on).
+    steady_kind: ClassVar[str] = ""
 
     def __init__(self, params, kv: KVCache, note: Callable[[str], None] = lambda m: None):
         self.params = params

@@ -63,6 +63,11 @@ class ContinuousPolicy(IterationPolicy):
             num_decode_slots=len(decodes),
         )
 
+    def all_decoding(self) -> bool:
+        # A prompt (or a recompute) is prefilled whole in the step that admits it,
+        # so between steps every running request is decoding.
+        return True
+
     def admission_tokens(self, seq: Sequence) -> int:
         # Whole prompts; with mixing, the decodes take one token each of the budget first.
         budget = self.params.max_num_batched_tokens

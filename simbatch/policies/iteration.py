@@ -17,6 +17,8 @@ from simbatch.sequence import FINISHED, RUNNING, Sequence
 class IterationPolicy(Policy):
     """Base for policies that re-form the batch at every step."""
 
+    steady_kind = "running"
+
     def __init__(self, params, kv, note=lambda m: None):
         super().__init__(params, kv, note)
         self.running: list[Sequence] = []
@@ -28,9 +30,13 @@ class IterationPolicy(Policy):
         # Everyone decoding and nobody admissible: schedule() would plan all
         # running requests, one token each, in admission order, until a finish
         # frees seats or blocks (or, with an empty queue, until an arrival).
-        if not self.running or not all(s.is_decoding for s in self.running):
+        if not self.running or not self.all_decoding():
             return False
         return not self.waiting or self.head_blocked()
+
+    def all_decoding(self) -> bool:
+        """Every running request has finished its prefill."""
+        return all(s.is_decoding for s in self.running)
 
     def head_blocked(self) -> bool:
         """The queue's head cannot be admitted, and only a finish can change that: seats are

@@ -67,6 +67,8 @@ class BatchPolicy(Policy):
     from the waiting queue (or sets ``self.timer`` and returns an empty list).
     """
 
+    steady_kind = "padded_batch"
+
     def __init__(self, params, kv, note=lambda m: None):
         super().__init__(params, kv, note)
         self.batch: PaddedBatch | None = None
@@ -87,6 +89,10 @@ class BatchPolicy(Policy):
 
     def wake_at(self) -> float | None:
         return self.timer
+
+    def steady_decode(self) -> bool:
+        # A started batch decodes on, whatever arrives, until its rows finish.
+        return self.batch is not None and self.batch.num_decodes_done >= 0
 
     def on_step_done(self, plan: StepPlan, finished: list[Sequence], now: float) -> None:
         if self.batch is None:
