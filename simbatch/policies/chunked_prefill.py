@@ -49,10 +49,13 @@ class ChunkedPrefillPolicy(IterationPolicy):
 
     def schedule(self, now: float) -> StepPlan | None:
         budget = self.params.budget
-        decodes, budget = self.take_running(budget, decoding=True)
+        decoding, prefilling = [], []
+        for seq in self.running:  # seq.is_decoding, inlined: this loop runs every step
+            (decoding if seq.num_generated and seq.num_tokens - seq.num_computed == 1 else prefilling).append(seq)
+        decodes, budget = self.take_running(decoding, budget, decoding=True)
         # Mid-prefill chunks may preempt, but never a decode already in this plan.
         protected = frozenset(s.id for s, _ in decodes)
-        chunks, budget = self.take_running(budget, decoding=False, protected=protected)
+        chunks, budget = self.take_running(prefilling, budget, decoding=False, protected=protected)
         chunks += self.admit_chunks(budget)
         if not decodes and not chunks:
             return None
@@ -78,16 +81,16 @@ class ChunkedPrefillPolicy(IterationPolicy):
             return 1
         return min(seq.num_remaining, self.params.chunk_size, budget)
 
-    def take_running(self, budget: int, decoding: bool, protected: frozenset[int] = frozenset()
-                     ) -> tuple[list[tuple[Sequence, int]], int]:
-        """Running requests of one kind (decoding or mid-prefill), oldest first, within ``budget``."""
+    def take_running(self, seqs: list[Sequence], budget: int, decoding: bool,
+                     protected: frozenset[int] = frozenset()) -> tuple[list[tuple[Sequence, int]], int]:
+        """Running requests ``seqs`` of one kind (decoding or mid-prefill), oldest first, within ``budget``."""
         taken = []
         block_size = self.kv.block_size
-        for seq in list(self.running):
+        for seq in seqs:
             if budget <= 0:
                 break
-            if seq.status != RUNNING or seq.is_decoding != decoding:
-                continue  # preempted a moment ago, or not this pass's kind
+            if seq.status != RUNNING:
+                continue  # preempted a moment ago
             n = 1 if decoding else min(seq.num_remaining, self.params.chunk_size, budget)
             # Only call into the allocator when the tokens overflow the blocks held.
             if seq.num_computed + n > seq.num_blocks * block_size and not self.may_grow(seq, n, protected):

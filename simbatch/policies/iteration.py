@@ -30,9 +30,9 @@ class IterationPolicy(Policy):
         # Everyone decoding and nobody admissible: schedule() would plan all
         # running requests, one token each, in admission order, until a finish
         # frees seats or blocks (or, with an empty queue, until an arrival).
-        if not self.running or not self.all_decoding():
-            return False
-        return not self.waiting or self.head_blocked()
+        if not self.running or (self.waiting and not self.head_blocked()):
+            return False  # cheap checks first: under load the queue usually decides
+        return self.all_decoding()
 
     def all_decoding(self) -> bool:
         """Every running request has finished its prefill."""
