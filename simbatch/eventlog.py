@@ -2,10 +2,12 @@
 
 The engine only appends; every statistic is computed afterwards (SimPy's
 monitoring idea). Per-token times are not stored one by one: a request that
-emits a token at the end of each of its replica's steps ``first..last`` is
+emits a token at the end of its replica's step ``first`` and of every
+*decode step* (a step with ``decode_tokens > 0``) after it up to ``last`` is
 recorded as one *token run* ``(request, replica, first, last)``, where step
-numbers count that replica's steps from 0. A decoding request usually emits at
-every step, so runs are long and few, and memory stays per-request rather than
+numbers count that replica's steps from 0. A decoding request emits at every
+decode step, and prefill-only steps that pause all decodes do not break its
+run, so runs are long and few, and memory stays per-request rather than
 per-token. Columns are typed arrays (``array.array``), not lists: 8 bytes a
 value rather than a Python object, which matters for runs of millions of steps.
 """
@@ -68,7 +70,8 @@ class EventLog:
         return k
 
     def record_token_run(self, request: int, replica: int, first: int, last: int) -> None:
-        """Request ``request`` emitted one token at the end of each of ``replica``'s steps ``first..last``."""
+        """Request ``request`` emitted a token at the end of ``replica``'s step ``first`` and of
+        every decode step after it up to ``last`` (which is one, when ``last > first``)."""
         self.run_request.append(request)
         self.run_replica.append(replica)
         self.run_first.append(first)
@@ -88,9 +91,12 @@ class EventLog:
         ends = table["start_s"] + table["duration_s"] if len(table["start_s"]) else np.zeros(0)
         rows_by_replica = [np.flatnonzero(table["replica"] == r) for r in range(self.num_replicas)]
         ends_by_replica = [ends[rows] for rows in rows_by_replica]
+        decode_by_replica = [table["decode_tokens"][rows] > 0 for rows in rows_by_replica]
         pieces: list[list[np.ndarray]] = [[] for _ in range(self.num_requests)]
         for req, rep, a, b in zip(self.run_request, self.run_replica, self.run_first, self.run_last):
-            pieces[req].append(ends_by_replica[rep][a : b + 1])
+            emits = decode_by_replica[rep][a : b + 1].copy()
+            emits[0] = True  # the run's first token, wherever it came from
+            pieces[req].append(ends_by_replica[rep][a : b + 1][emits])
         out = []
         for p in pieces:
             out.append(np.sort(np.concatenate(p)) if p else np.zeros(0))

@@ -184,38 +184,44 @@ def test_comparison_table_columns_and_missing():
 
 @st.composite
 def random_runs(draw):
-    """A random but consistent log: steps per replica in time order, token runs, some unfinished requests."""
+    """A random but consistent log: steps per replica in time order (some of them prefill-only,
+    which pause decodes), token runs that follow the log's rule, some unfinished requests."""
     num_replicas = draw(st.integers(1, 3))
-    steps = []  # (start, duration, replica)
+    steps = []  # (start, duration, replica, decodes)
     for r in range(num_replicas):
         t = 0.0
         for _ in range(draw(st.integers(1, 8))):
             t += draw(st.floats(0, 0.05))
             dur = draw(st.floats(0.001, 0.1))
-            steps.append((t, dur, r))
+            steps.append((t, dur, r, draw(st.booleans())))
             t += dur
     steps.sort(key=lambda s: s[0])  # interleave replicas; each keeps its own order
-    n_steps = [sum(1 for s in steps if s[2] == r) for r in range(num_replicas)]
     n = draw(st.integers(1, 6))
     log = EventLog(n, num_replicas)
     log.kv_capacity_blocks = [100] * num_replicas
-    for start, dur, r in steps:
-        step(log, r, start, dur)
+    for start, dur, r, decodes in steps:
+        step(log, r, start, dur, decode=int(decodes))
     ends = [[s[0] + s[1] for s in steps if s[2] == r] for r in range(num_replicas)]
+    is_decode = [[s[3] for s in steps if s[2] == r] for r in range(num_replicas)]
     for i in range(n):
         r = draw(st.integers(0, num_replicas - 1))
-        chosen = sorted(draw(st.sets(st.integers(0, n_steps[r] - 1), min_size=1)))
-        run_start = chosen[0]
-        for a, b in zip(chosen, chosen[1:] + [None]):
-            if b is None or b != a + 1 or draw(st.booleans()):  # split runs at gaps, and sometimes anyway
-                log.record_token_run(i, r, run_start, a)
-                run_start = b
+        emitted = []
+        pos = draw(st.integers(0, len(ends[r]) - 1))
+        for _ in range(draw(st.integers(1, 3))):
+            # a run: its first step, then the next L decode steps of the replica
+            later = [k for k in range(pos + 1, len(ends[r])) if is_decode[r][k]]
+            take = later[: draw(st.integers(0, len(later)))]
+            log.record_token_run(i, r, pos, take[-1] if take else pos)
+            emitted += [pos, *take]
+            if emitted[-1] + 1 >= len(ends[r]):
+                break
+            pos = draw(st.integers(emitted[-1] + 1, len(ends[r]) - 1))
         first_start = next(s[0] for s in steps if s[2] == r)
         log.arrival_s[i] = draw(st.floats(0, 1)) * first_start
         log.first_scheduled_s[i] = first_start
-        log.first_token_s[i] = ends[r][chosen[0]]
-        log.finish_s[i] = ends[r][chosen[-1]] if draw(st.booleans()) else np.nan
-        log.num_emitted[i] = len(chosen)
+        log.first_token_s[i] = ends[r][emitted[0]]
+        log.finish_s[i] = ends[r][emitted[-1]] if draw(st.booleans()) else np.nan
+        log.num_emitted[i] = len(emitted)
         log.replica[i] = r
     return log, workload(log.arrival_s, np.ones(n), np.full(n, 8))
 
@@ -229,6 +235,7 @@ def test_token_run_properties(case):
     done = t["completed"].to_numpy()
     assert np.all(t["ttft_ms"][done] <= t["e2el_ms"][done] + 1e-9)
     assert np.all((t["tpot_ms"] >= 0) | t["tpot_ms"].isna())
+    assert [len(t) for t in times] == list(log.num_emitted)  # runs rebuild every token
     for i in np.flatnonzero(done):
         k = len(times[i])
         if k > 1:

@@ -107,8 +107,9 @@ def advance(replica, seqs, slack: list[int], step0: int, done: int, block_size: 
         if slack:  # blocks taken at steps slack, slack + bs, ... of the run
             r = slack[i]
             s.num_blocks += (done - 1 - r) // block_size + 1 if done > r else 0
-        if s.run_last == step0 - 1:
+        if s.run_first >= 0 and s.run_last >= replica.prev_decode:  # the run goes on (see postprocess)
             s.run_last = last
         else:
             replica.close_run(s)
             s.run_first, s.run_last = step0, last
+    replica.prev_decode = last

@@ -33,6 +33,7 @@ class Replica:
         self.seqs = seqs  # shared id -> Sequence table, filled by the dispatcher
         self.wakeup = env.event()
         self.fast_forward = fast_forward  # steady decode runs skip the policy (same results)
+        self.prev_decode = -1  # this replica's latest step that ran decodes
         log.kv_capacity_blocks[index] = policy.kv.num_blocks
         self.process = env.process(self.run())
 
@@ -80,7 +81,12 @@ class Replica:
         )
         finished = []
         seqs, first_scheduled = self.seqs, log.first_scheduled_s
-        for rid, n in zip(plan.request_ids, plan.num_new_tokens):
+        # A decode-slot token extends its request's token run when no decode step
+        # ran between the run's last token and this step (prefill-only steps that
+        # paused the decodes do not break runs; see EventLog).
+        joins = self.prev_decode
+        decode_slots = plan.num_decode_slots
+        for i, (rid, n) in enumerate(zip(plan.request_ids, plan.num_new_tokens)):
             if rid < 0:
                 continue
             seq = seqs[rid]
@@ -89,21 +95,25 @@ class Replica:
             seq.num_computed += n
             if seq.num_computed == seq.num_tokens:
                 g = seq.num_generated + 1
-                if seq.run_last == step - 1 and 1 < g < seq.output_tokens:
+                extends = i < decode_slots and seq.run_first >= 0 and seq.run_last >= joins
+                if extends and 1 < g < seq.output_tokens:
                     # Hot path (most tokens): a decode that extends its token run and
                     # is neither the first nor the last token. Same effect as emit().
                     seq.run_last = step
                     seq.num_generated = g
                     seq.num_tokens += 1
                     continue
-                self.emit(seq, step, end)
+                self.emit(seq, step, end, extends)
                 if seq.status == FINISHED:
                     finished.append(seq)
+        if plan.num_decode_tokens:
+            self.prev_decode = step
         return finished
 
-    def emit(self, seq: Sequence, step: int, end: float) -> None:
-        """``seq`` produced an output token at the end of replica step ``step``."""
-        if seq.run_last == step - 1:
+    def emit(self, seq: Sequence, step: int, end: float, extends: bool) -> None:
+        """``seq`` produced an output token at the end of replica step ``step``
+        (``extends``: the token continues its current token run)."""
+        if extends:
             seq.run_last = step
         else:
             self.close_run(seq)

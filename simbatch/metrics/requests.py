@@ -42,8 +42,10 @@ REQUEST_COLUMNS = (
 class TokenRuns:
     """The log's token runs as arrays, located in ``ends`` (step ends, replica by replica).
 
-    Run ``j`` emitted one token at each of ``ends[first_pos[j]..last_pos[j]]``;
-    ``t_first``/``t_last`` are its first and last token times.
+    Run ``j`` emitted a token at ``ends[first_pos[j]]`` and at every decode
+    step (``is_decode``) after it up to ``ends[last_pos[j]]``; ``t_first`` /
+    ``t_last`` are its first and last token times, ``num_tokens`` its count.
+    ``decoded[p]`` counts the decode steps at flat positions ``<= p``.
     """
 
     request: np.ndarray
@@ -52,6 +54,11 @@ class TokenRuns:
     t_first: np.ndarray
     t_last: np.ndarray
     ends: np.ndarray
+    decoded: np.ndarray
+
+    @property
+    def num_tokens(self) -> np.ndarray:
+        return 1 + self.decoded[self.last_pos] - self.decoded[self.first_pos]
 
 
 def token_runs(log: EventLog) -> TokenRuns:
@@ -65,6 +72,7 @@ def token_runs(log: EventLog) -> TokenRuns:
     counts = np.bincount(replica, minlength=log.num_replicas)
     offsets = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
     ends = ends[order]
+    decoded = np.cumsum(np.asarray(table["decode_tokens"])[order] > 0)
     req = np.asarray(log.run_request, dtype=np.int64)
     rep = np.asarray(log.run_replica, dtype=np.int64)
     first = np.asarray(log.run_first, dtype=np.int64)
@@ -75,12 +83,12 @@ def token_runs(log: EventLog) -> TokenRuns:
     if np.any((first < 0) | (last < first) | (last >= counts[rep])):
         raise ValueError("event log: a token run lies outside its replica's recorded steps")
     first_pos, last_pos = offsets[rep] + first, offsets[rep] + last
-    return TokenRuns(req, first_pos, last_pos, ends[first_pos], ends[last_pos], ends)
+    return TokenRuns(req, first_pos, last_pos, ends[first_pos], ends[last_pos], ends, decoded)
 
 
 def token_extent(runs: TokenRuns, num_requests: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per request: (tokens in its runs, first token time, last token time); NaN times if none."""
-    n_tokens = np.bincount(runs.request, weights=runs.last_pos - runs.first_pos + 1, minlength=num_requests)
+    n_tokens = np.bincount(runs.request, weights=runs.num_tokens, minlength=num_requests)
     first = np.full(num_requests, np.inf)
     last = np.full(num_requests, -np.inf)
     np.minimum.at(first, runs.request, runs.t_first)
@@ -95,27 +103,33 @@ def itl_pool(runs: TokenRuns, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
     vLLM pools all inter-token gaps of all requests. Expanding them one by one
     would cost memory per token, so the pool is returned as distinct values with
-    multiplicities: a gap between two consecutive steps of a replica counts once
-    per kept run spanning both, and each break between two runs of one request
-    (a preemption) adds its own gap once.
+    multiplicities. Within a run the tokens after the first fall on decode
+    steps: a gap between two consecutive decode steps counts once per kept run
+    spanning both; each run's first gap (its first token to the next decode
+    step) and each break between two runs of one request (a preemption) count
+    once each.
     """
     sel = keep[runs.request]
-    first, last = runs.first_pos[sel], runs.last_pos[sel]
-    n = runs.ends.size
-    # Difference array: +1 where a run starts covering gaps, -1 where it stops.
-    delta = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(delta, first, 1)
-    np.add.at(delta, last, -1)
-    cover = np.cumsum(delta)[: max(n - 1, 0)]
-    step_gaps = np.diff(runs.ends)
+    first, last, decoded = runs.first_pos[sel], runs.last_pos[sel], runs.decoded
+    dec_pos = np.flatnonzero(np.diff(decoded, prepend=0) > 0)  # flat positions of decode steps
+    long = last > first
+    # In decode-step index space a run covers gaps decoded[first] .. decoded[last] - 2.
+    start_idx, stop_idx = decoded[first[long]], decoded[last[long]] - 1
+    m = dec_pos.size
+    delta = np.zeros(m + 1, dtype=np.int64)
+    np.add.at(delta, start_idx, 1)
+    np.add.at(delta, stop_idx, -1)
+    cover = np.cumsum(delta)[: max(m - 1, 0)]
+    step_gaps = np.diff(runs.ends[dec_pos])
     used = cover > 0
+    first_gaps = runs.ends[dec_pos[start_idx]] - runs.ends[first[long]]
     req, t_first, t_last = runs.request[sel], runs.t_first[sel], runs.t_last[sel]
     order = np.lexsort((t_first, req))
     req, t_first, t_last = req[order], t_first[order], t_last[order]
     same = req[1:] == req[:-1]
     breaks = (t_first[1:] - t_last[:-1])[same]
-    values = np.concatenate((step_gaps[used], breaks))
-    counts = np.concatenate((cover[used], np.ones(breaks.size, dtype=np.int64)))
+    values = np.concatenate((step_gaps[used], first_gaps, breaks))
+    counts = np.concatenate((cover[used], np.ones(first_gaps.size + breaks.size, dtype=np.int64)))
     return values, counts
 
 
