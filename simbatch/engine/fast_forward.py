@@ -1,14 +1,15 @@
 """The fast path: steady runs of decode steps without the policy or per-request work.
 
 When the policy says the batch is steady (every running request decoding and
-nobody admissible), the next steps are all "every running request computes one
-token", until a request reaches its last token, KV blocks run short, or (when
-the queue was empty) a request arrives. Those steps still each get their own SimPy timeout, log row and price
-(so times and ordering are exactly the step-by-step engine's), but the plan
-is not rebuilt and the requests are not touched per step: the price comes from
-the backend's O(1) ``decode_cost``, block needs from a histogram of each
-request's room in its last block, and the requests' counters and token runs
-are advanced once at the end.
+nobody admissible; or a started padded batch), the next steps are all "every
+running request computes one token", until a request reaches its last token,
+KV blocks run short, or (when the queue was empty) a request arrives. Those
+steps still each get their own SimPy timeout, log row and price (so times and
+ordering are exactly the step-by-step engine's), but the plan is not rebuilt
+and the requests are not touched per step: the price comes from the
+backend's O(1) ``decode_cost`` / ``padded_decode_cost``, block needs from a
+histogram of each request's room in its last block, and the requests'
+counters and token runs are advanced once at the end.
 """
 
 from __future__ import annotations
