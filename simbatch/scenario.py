@@ -120,16 +120,21 @@ def apply_overrides(data: dict, overrides: list[str], source: str = "--set") -> 
     for key, value in sorted(pairs, key=lambda kv: kv[0] != "policy.kind"):
         if key == "policy.kind" and (data.get("policy") or {}).get("kind") != value:
             data["policy"] = {}
-        node = data
-        parts = key.split(".")
-        for part in parts[:-1]:
-            if not isinstance(node.get(part), dict):
-                node[part] = {} if node.get(part) is None else node[part]
-            if not isinstance(node[part], dict):
-                raise SimbatchError(f"--set {key}", f"{part} is not a section")
-            node = node[part]
-        node[parts[-1]] = value
+        set_dotted(data, key, value, f"--set {key}")
     return data
+
+
+def set_dotted(data: dict, key: str, value, label: str) -> None:
+    """Set dotted ``key`` (``a.b.c``) in ``data`` in place, creating missing sections."""
+    node = data
+    *parents, last = key.split(".")
+    for part in parents:
+        if node.get(part) is None:
+            node[part] = {}
+        if not isinstance(node[part], dict):
+            raise SimbatchError(label, f"{part} is not a section")
+        node = node[part]
+    node[last] = value
 
 
 def read_yaml(path: Path) -> dict:
