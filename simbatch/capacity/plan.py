@@ -227,8 +227,7 @@ def check_candidates(scenario: Scenario, candidates: list[Candidate], workloads:
     too little KV memory for the longest request), or a TP degree the model
     cannot split into, only skips that candidate.
     """
-    from simbatch.costmodel import build_cost_model
-    from simbatch.engine.simulation import check_requests_fit, kv_blocks_per_replica
+    from simbatch.engine.simulation import build_backend, check_requests_fit, kv_blocks_per_replica
     from simbatch.hardware import get_gpu
     from simbatch.models import get_model
 
@@ -239,8 +238,7 @@ def check_candidates(scenario: Scenario, candidates: list[Candidate], workloads:
         model = get_model(sc.data["model"], sc.where("model"))
         names[c] = names[c.with_replicas(1)] = gpu.name
         try:
-            build_cost_model(sc.data.get("cost_model"), model, gpu, c.tp, sc.where("cost_model"),
-                             base_dir=sc.base_dir)
+            build_backend(sc)  # the candidate's TP degree is in sc.cluster
             blocks = kv_blocks_per_replica(sc, model, gpu)
             for w in workloads:
                 check_requests_fit(w, sc, blocks, model.name)

@@ -65,6 +65,16 @@ def check_requests_fit(workload: Workload, scenario: Scenario, blocks: int, mode
             f"set workload.max_total_tokens or use more memory")
 
 
+def build_backend(scenario: Scenario) -> tuple[ModelSpec, GPUSpec, object]:
+    """The scenario's model, GPU and cost model (checked; errors name the scenario's fields)."""
+    d = scenario.data
+    model = get_model(d["model"], scenario.where("model"))
+    gpu = get_gpu(d["hardware"], scenario.where("hardware"))
+    backend = build_cost_model(d.get("cost_model"), model, gpu, scenario.cluster.tensor_parallel,
+                               scenario.where("cost_model"), base_dir=scenario.base_dir)
+    return model, gpu, backend
+
+
 def simulate(scenario: Scenario, fast_forward: bool = True) -> RunResult:
     """Run ``scenario`` to completion in simulated time and return its event log.
 
@@ -74,11 +84,7 @@ def simulate(scenario: Scenario, fast_forward: bool = True) -> RunResult:
     d = scenario.data
     workload = build_workload(d["workload"], base_dir=scenario.base_dir, seed=scenario.seed,
                               where=scenario.where("workload"))
-    model = get_model(d["model"], scenario.where("model"))
-    gpu = get_gpu(d["hardware"], scenario.where("hardware"))
-    tp = scenario.cluster.tensor_parallel
-    backend = build_cost_model(d.get("cost_model"), model, gpu, tp,
-                               scenario.where("cost_model"), base_dir=scenario.base_dir)
+    model, gpu, backend = build_backend(scenario)
     blocks = kv_blocks_per_replica(scenario, model, gpu)
     check_requests_fit(workload, scenario, blocks, model.name)
     policy_cls, params = parse_policy(d["policy"], scenario.where("policy"))

@@ -67,19 +67,14 @@ def check_points(scenario: Scenario, grid: Grid, points: list[Point]) -> None:
 
     Each distinct ``workload`` section is built once (cheap next to a run).
     """
-    from simbatch.costmodel import build_cost_model
-    from simbatch.hardware import get_gpu
-    from simbatch.models import get_model
+    from simbatch.engine.simulation import build_backend
     from simbatch.workload import build_workload
 
     built = set()
     for p in points:
         try:
             sc = from_dict(p.data, scenario.source, scenario.base_dir)
-            model = get_model(p.data["model"], sc.where("model"))
-            gpu = get_gpu(p.data["hardware"], sc.where("hardware"))
-            build_cost_model(p.data.get("cost_model"), model, gpu,
-                             sc.cluster.tensor_parallel, sc.where("cost_model"), base_dir=sc.base_dir)
+            build_backend(sc)
             key = json.dumps(p.data["workload"], sort_keys=True, default=str)
             if key not in built:
                 build_workload(p.data["workload"], base_dir=sc.base_dir, seed=sc.seed, where=sc.where("workload"))
