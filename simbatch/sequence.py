@@ -19,7 +19,7 @@ class Sequence:
     __slots__ = (
         "id", "arrival_s", "prompt_tokens", "output_tokens", "priority",
         "num_tokens", "num_computed", "num_generated", "num_blocks",
-        "num_preemptions", "status", "run_first", "run_last",
+        "num_preemptions", "status", "run_first", "run_last", "clock",
     )
 
     def __init__(self, id: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
@@ -37,6 +37,7 @@ class Sequence:
         self.status = WAITING
         self.run_first = -1  # current token run (see EventLog), in replica step numbers
         self.run_last = -2
+        self.clock = 0  # DecodeGroup clock when the counters above were last settled
 
     @property
     def num_remaining(self) -> int:

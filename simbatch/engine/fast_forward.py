@@ -7,22 +7,16 @@ KV blocks run short, or (when the queue was empty) a request arrives. Those
 steps still each get their own SimPy timeout, log row and price (so times and
 ordering are exactly the step-by-step engine's), but the plan is not rebuilt
 and the requests are not touched per step: the price comes from the
-backend's O(1) ``decode_cost`` / ``padded_decode_cost``, block needs from a
-histogram of each request's room in its last block, and the requests'
-counters and token runs are advanced once at the end.
+backend's O(1) ``decode_cost`` / ``padded_decode_cost``. Running requests of
+iteration-level policies live in the replica's :class:`DecodeGroup`, which
+settles a request's counters only when it finishes or the policy needs them,
+so steady decoding costs O(1) per step whatever the batch size; a padded
+batch's rows are advanced once at the end of the run.
 """
 
 from __future__ import annotations
 
 from simbatch.sequence import FINISHED
-
-
-def block_slack(seqs, block_size: int) -> list[int] | None:
-    """Per request, decode steps left before it needs a new block (None: not a paged steady state)."""
-    slack = [s.num_blocks * block_size - s.num_computed for s in seqs]
-    if any(not 0 <= r < block_size for r in slack):
-        return None
-    return slack
 
 
 def steady_run(replica):
@@ -54,60 +48,61 @@ def padded_run(replica):
                         kv_used_blocks=used, num_waiting=waiting, useful_flops=cost.useful_flops,
                         useful_bytes=cost.useful_bytes)
     batch.num_decodes_done += limit
-    advance(replica, live, [], step0, limit, 1)
+    advance(replica, live, step0, limit)
     return limit
 
 
 def decode_run(replica):
-    """Steady decode steps of every running request; returns how many it ran (0: none)."""
-    env, policy, kv, log = replica.env, replica.policy, replica.policy.kv, replica.log
+    """Steady decode steps of every running request, up to and including the first step in
+    which one of them emits its last token; returns how many it ran (0: none)."""
+    env, policy, log, group = replica.env, replica.policy, replica.log, replica.group
+    kv = policy.kv
     decode_cost = getattr(replica.backend, "decode_cost", None)
-    seqs = list(policy.running)
-    n = len(seqs)
-    limit = min(s.output_tokens - s.num_generated for s in seqs) - 1  # stop before anyone's last token
-    if decode_cost is None or limit <= 0:
+    if decode_cost is None or not group.adopt(policy.running, replica.prev_decode):
         return 0
-    bs, paged = kv.block_size, kv.mode == "paged"
-    slack = block_slack(seqs, bs) if paged else []
-    if slack is None:
-        return 0
-    need_at = [0] * bs  # step k of the run needs need_at[k % bs] new blocks
-    for r in slack:
-        need_at[r] += 1
-    step0 = log.replica_num_steps[replica.index]
-    context0 = sum(s.num_computed for s in seqs)
+    n, index = len(group.members), replica.index
     # With an empty queue an arrival may be admitted next step, so it ends the
     # run; behind a blocked head (steady_decode's promise) arrivals change nothing.
     stop_on_arrival = policy.num_waiting == 0
     done = 0
-    while done < limit and not (stop_on_arrival and policy.num_waiting):
-        need = need_at[done % bs] if paged else 0
+    while not (stop_on_arrival and policy.num_waiting):
+        need = group.need()
         if need > kv.num_free:
             break  # the normal path decides whom to preempt
         kv.take(need)
-        cost = decode_cost(n, context0 + done * n)
+        cost = decode_cost(n, group.context())
         start, waiting = env.now, policy.num_waiting
         yield env.timeout(cost.seconds)
-        log.record_step(replica=replica.index, start_s=start, duration_s=cost.seconds, num_seqs=n,
-                        num_slots=n, prefill_tokens=0, decode_tokens=n, padded_tokens=0,
-                        kv_used_blocks=kv.num_used, num_waiting=waiting, useful_flops=cost.useful_flops,
-                        useful_bytes=cost.useful_bytes)
+        step = log.record_step(replica=index, start_s=start, duration_s=cost.seconds, num_seqs=n,
+                               num_slots=n, prefill_tokens=0, decode_tokens=n, padded_tokens=0,
+                               kv_used_blocks=kv.num_used, num_waiting=waiting,
+                               useful_flops=cost.useful_flops, useful_bytes=cost.useful_bytes)
+        group.clock += 1
+        group.last_step = replica.prev_decode = step
         done += 1
-    if done:
-        advance(replica, seqs, slack, step0, done, bs)
+        if group.next_finish() == group.clock:
+            finish(replica, step)
+            break
     return done
 
 
-def advance(replica, seqs, slack: list[int], step0: int, done: int, block_size: int) -> None:
-    """Apply ``done`` decode steps to each request at once: tokens, blocks, token runs."""
+def finish(replica, step: int) -> None:
+    """Emit the last token of the members that finished in ``step`` and retire them."""
+    finished = replica.group.pop_finished()
+    end = replica.env.now
+    for seq in finished:
+        replica.emit(seq, step, end, True)
+    replica.policy.on_step_done(None, finished, end)
+
+
+def advance(replica, seqs, step0: int, done: int) -> None:
+    """Apply ``done`` decode steps of a padded batch to each live row at once: tokens, token runs
+    (a padded batch reserved its blocks up front)."""
     last = step0 + done - 1
-    for i, s in enumerate(seqs):
+    for s in seqs:
         s.num_computed += done
         s.num_generated += done
         s.num_tokens += done
-        if slack:  # blocks taken at steps slack, slack + bs, ... of the run
-            r = slack[i]
-            s.num_blocks += (done - 1 - r) // block_size + 1 if done > r else 0
         if s.run_first >= 0 and s.run_last >= replica.prev_decode:  # the run goes on (see postprocess)
             s.run_last = last
         else:

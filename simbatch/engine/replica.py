@@ -12,6 +12,7 @@ from __future__ import annotations
 import simpy
 
 from simbatch.costmodel.base import CostModel
+from simbatch.engine.decode_group import DecodeGroup
 from simbatch.engine.fast_forward import steady_run
 from simbatch.eventlog import EventLog
 from simbatch.plan import StepPlan
@@ -34,6 +35,8 @@ class Replica:
         self.wakeup = env.event()
         self.fast_forward = fast_forward  # steady decode runs skip the policy (same results)
         self.prev_decode = -1  # this replica's latest step that ran decodes
+        # running requests advanced lazily by steady decode runs (see DecodeGroup)
+        self.group = DecodeGroup(policy.kv.block_size, policy.kv.mode == "paged")
         log.kv_capacity_blocks[index] = policy.kv.num_blocks
         self.process = env.process(self.run())
 
@@ -50,6 +53,8 @@ class Replica:
             if self.fast_forward and policy.steady_decode():
                 if (yield from steady_run(self)):
                     continue
+            if self.group.members and policy.next_plan_reads_running():
+                self.group.sync_all()
             start = env.now
             plan = policy.schedule(start)
             if plan is None:

@@ -59,6 +59,11 @@ class Policy:
         fast-forward those steps). Policies that cannot promise it say False."""
         return False
 
+    def next_plan_reads_running(self) -> bool:
+        """False only when the next :meth:`schedule` will not read the running requests'
+        counters (the engine then need not settle the ones a steady run advanced lazily)."""
+        return True
+
     def on_step_done(self, plan: StepPlan, finished: list[Sequence], now: float) -> None:
         """Retire finished requests after a step (free their KV as the policy's rules say)."""
         raise NotImplementedError

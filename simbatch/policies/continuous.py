@@ -68,6 +68,11 @@ class ContinuousPolicy(IterationPolicy):
         # so between steps every running request is decoding.
         return True
 
+    def next_plan_reads_running(self) -> bool:
+        # Prefill-first: when the head can be admitted the step is its prompt
+        # alone (admit_prefills uses the same seats, budget and KV checks).
+        return self.params.mix_prefill_decode or not self.waiting or self.head_blocked()
+
     def admission_tokens(self, seq: Sequence) -> int:
         # Whole prompts; with mixing, the decodes take one token each of the budget first.
         budget = self.params.max_num_batched_tokens

@@ -1,0 +1,147 @@
+"""The running requests of one replica while they decode in lockstep, advanced lazily.
+
+In a steady decode step every running request computes one token, so a
+request's counters after ``k`` such steps are its counters at the start plus
+``k`` (and one more KV block each time its last block fills). The group keeps
+a clock (steady steps run so far) and, per request, the clock at which its
+fields were last brought up to date (``Sequence.clock``); the fields are
+settled only when someone needs them: when the request finishes (found from a
+heap of finish clocks), or when the policy's next plan reads the running
+requests (:meth:`DecodeGroup.sync_all`). What the steps need from the whole
+batch is kept as running totals instead of rescanning it: the number of
+requests that need a block at a given clock (a histogram over the clock modulo
+the block size), and the summed context. So a step costs O(1) and a request
+O(log n) over its whole decode, whatever the batch size.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from simbatch.sequence import Sequence
+
+
+class DecodeGroup:
+    """Lazy lockstep state of a replica's running requests (see the module docstring)."""
+
+    def __init__(self, block_size: int, paged: bool):
+        self.block_size = block_size
+        self.paged = paged  # max_length reservations take no blocks while decoding
+        self.clock = 0  # steady decode steps run so far
+        self.last_step = -1  # replica step number of the latest steady step
+        self.members: list[Sequence] = []  # the policy's running list, same order
+        self.finishes: list[tuple[int, int, Sequence]] = []  # (finish clock, join order, seq)
+        self.need_at = [0] * block_size  # members needing a block at the step run at clock c: need_at[c % bs]
+        self.context_base = 0  # sum of (num_computed - clock) over members
+        self.num_joined = 0
+
+    def need(self) -> int:
+        """KV blocks the next steady step takes."""
+        return self.need_at[self.clock % self.block_size] if self.paged else 0
+
+    def context(self) -> int:
+        """Total context (cached tokens) of the members at the next steady step."""
+        return self.context_base + len(self.members) * self.clock
+
+    def next_finish(self) -> int:
+        """Clock value after the step in which the first member emits its last token."""
+        return self.finishes[0][0]
+
+    def adopt(self, running: list[Sequence], prev_decode: int) -> bool:
+        """Make the members the policy's ``running`` list, joining its newcomers.
+
+        Newcomers are appended by admission, so the old members must be its
+        prefix; anything else means the running list changed behind the group,
+        which the engine prevents by syncing first. Returns False when some
+        request is not in a steady decode state (the normal path runs instead).
+        """
+        m = len(self.members)
+        if running[:m] != self.members:
+            raise RuntimeError("running requests changed while the decode group owed them steps")
+        for seq in running[m:]:
+            if not self.can_join(seq, prev_decode):
+                return False
+            self.join(seq)
+        return True
+
+    def can_join(self, seq: Sequence, prev_decode: int) -> bool:
+        """``seq`` decodes next step with room to grow block by block, and its token run is live."""
+        if not (seq.num_generated and seq.num_tokens - seq.num_computed == 1):
+            return False
+        if seq.run_first < 0 or seq.run_last < prev_decode:
+            return False  # its next token starts a new token run: leave that to postprocess
+        slack = seq.num_blocks * self.block_size - seq.num_computed
+        return not self.paged or 0 <= slack < self.block_size
+
+    def join(self, seq: Sequence) -> None:
+        """Add ``seq`` (up to date now) to the group."""
+        seq.clock = self.clock
+        self.members.append(seq)
+        self.account(seq, 1)
+        heapq.heappush(self.finishes, (self.clock + seq.output_tokens - seq.num_generated,
+                                       self.num_joined, seq))
+        self.num_joined += 1
+
+    def account(self, seq: Sequence, sign: int) -> None:
+        """Add (+1) or remove (-1) ``seq``'s share of the running totals; both
+        ``num_computed - clock`` and the block phase are invariant while it decodes."""
+        if self.paged:
+            slack = seq.num_blocks * self.block_size - seq.num_computed
+            self.need_at[(seq.clock + slack) % self.block_size] += sign
+        self.context_base += sign * (seq.num_computed - seq.clock)
+
+    def settle(self, seq: Sequence) -> None:
+        """Apply the steady steps ``seq`` owes: tokens, blocks, its token run."""
+        owed = self.clock - seq.clock
+        if owed <= 0:
+            return
+        if self.paged:  # blocks were taken at owed steps slack, slack + bs, ...
+            slack = seq.num_blocks * self.block_size - seq.num_computed
+            if owed > slack:
+                seq.num_blocks += (owed - 1 - slack) // self.block_size + 1
+        seq.num_computed += owed
+        seq.num_generated += owed
+        seq.num_tokens += owed
+        seq.run_last = self.last_step  # every steady step since it joined had it
+        seq.clock = self.clock
+
+    def pop_finished(self) -> list[Sequence]:
+        """Members whose last token was the latest step's, settled up to just before it
+        (the caller emits that token) and removed from the group, in join order."""
+        done = []
+        while self.finishes and self.finishes[0][0] == self.clock:
+            seq = heapq.heappop(self.finishes)[2]
+            self.clock -= 1  # settle all but the final step, whose token the caller emits
+            self.settle(seq)
+            self.clock += 1
+            if self.paged and self.need_at_final(seq):
+                seq.num_blocks += 1
+            seq.num_computed += 1
+            seq.clock = self.clock
+            done.append(seq)
+        if done:
+            gone = set(map(id, done))
+            for seq in done:
+                self.uncount_finished(seq)
+            self.members = [s for s in self.members if id(s) not in gone]
+        return done
+
+    def need_at_final(self, seq: Sequence) -> bool:
+        """Whether ``seq`` took a new block in the final step (its last block was full)."""
+        return seq.num_blocks * self.block_size == seq.num_computed
+
+    def uncount_finished(self, seq: Sequence) -> None:
+        """Remove a finished member's totals (its fields now describe one step past its phase)."""
+        if self.paged:
+            slack = seq.num_blocks * self.block_size - seq.num_computed
+            self.need_at[(seq.clock + slack) % self.block_size] -= 1
+        self.context_base -= seq.num_computed - seq.clock
+
+    def sync_all(self) -> None:
+        """Settle every member and empty the group (the policy is about to read them)."""
+        for seq in self.members:
+            self.settle(seq)
+        self.members = []
+        self.finishes = []
+        self.need_at = [0] * self.block_size
+        self.context_base = 0
