@@ -82,8 +82,15 @@ class EventLog:
         self.messages.append(message)
 
     def step_table(self) -> dict[str, np.ndarray]:
-        """Per-step columns as numpy arrays (in recording order)."""
-        return {c: np.array(v) for c, v in self.steps.items()}
+        """Per-step columns as read-only numpy views (in recording order; no copy, since
+        a million-request run logs millions of steps). Read them after the run: a
+        column cannot grow while a view of it is alive."""
+        out = {}
+        for c, v in self.steps.items():
+            view = np.frombuffer(v, dtype=np.int64 if v.typecode == "q" else np.float64)
+            view.flags.writeable = False
+            out[c] = view
+        return out
 
     def token_times(self) -> list[np.ndarray]:
         """Per request, the times its tokens were emitted (sorted), rebuilt from the runs."""

@@ -132,6 +132,7 @@ class Replica:
             self.log.finish_s[seq.id] = end
             self.log.num_emitted[seq.id] = seq.num_generated
             self.log.num_preemptions[seq.id] = seq.num_preemptions
+            self.seqs[seq.id] = None  # all it did is in the log now; let it go
         else:
             seq.num_tokens += 1
 
