@@ -29,7 +29,8 @@ class DecodeGroup:
         self.paged = paged  # max_length reservations take no blocks while decoding
         self.clock = 0  # steady decode steps run so far
         self.last_step = -1  # replica step number of the latest steady step
-        self.members: list[Sequence] = []  # the policy's running list, same order
+        # the policy's running list, same order (a dict: finishing members leave in O(1))
+        self.members: dict[int, Sequence] = {}
         self.finishes: list[tuple[int, int, Sequence]] = []  # (finish clock, join order, seq)
         self.need_at = [0] * block_size  # members needing a block at the step run at clock c: need_at[c % bs]
         self.context_base = 0  # sum of (num_computed - clock) over members
@@ -56,7 +57,8 @@ class DecodeGroup:
         request is not in a steady decode state (the normal path runs instead).
         """
         m = len(self.members)
-        if running[:m] != self.members:
+        # Cheap guard (the full prefix compare would cost O(batch) a run).
+        if len(running) < m or (m and running[m - 1].id not in self.members):
             raise RuntimeError("running requests changed while the decode group owed them steps")
         for seq in running[m:]:
             if not self.can_join(seq, prev_decode):
@@ -76,7 +78,7 @@ class DecodeGroup:
     def join(self, seq: Sequence) -> None:
         """Add ``seq`` (up to date now) to the group."""
         seq.clock = self.clock
-        self.members.append(seq)
+        self.members[seq.id] = seq
         self.account(seq, 1)
         heapq.heappush(self.finishes, (self.clock + seq.output_tokens - seq.num_generated,
                                        self.num_joined, seq))
@@ -119,11 +121,9 @@ class DecodeGroup:
             seq.num_computed += 1
             seq.clock = self.clock
             done.append(seq)
-        if done:
-            gone = set(map(id, done))
-            for seq in done:
-                self.uncount_finished(seq)
-            self.members = [s for s in self.members if id(s) not in gone]
+        for seq in done:
+            self.uncount_finished(seq)
+            del self.members[seq.id]
         return done
 
     def need_at_final(self, seq: Sequence) -> bool:
@@ -139,9 +139,9 @@ class DecodeGroup:
 
     def sync_all(self) -> None:
         """Settle every member and empty the group (the policy is about to read them)."""
-        for seq in self.members:
+        for seq in self.members.values():
             self.settle(seq)
-        self.members = []
+        self.members = {}
         self.finishes = []
         self.need_at = [0] * self.block_size
         self.context_base = 0

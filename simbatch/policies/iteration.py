@@ -59,7 +59,11 @@ class IterationPolicy(Policy):
         if finished:
             for s in finished:
                 self.kv.free(s)
-            self.running = [s for s in self.running if s.status != FINISHED]
+            if len(finished) < 4:  # the usual case: a scan in C per finish beats a rebuild
+                for s in finished:
+                    self.running.remove(s)
+            else:
+                self.running = [s for s in self.running if s.status != FINISHED]
 
     def may_grow(self, seq: Sequence, num_new: int, protected: frozenset[int] = frozenset()) -> bool:
         """Get ``seq`` the blocks for ``num_new`` tokens, preempting the newest runners if needed.

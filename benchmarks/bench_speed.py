@@ -1,0 +1,90 @@
+"""Issue 8's speed benchmark: the Azure trace at 1x and 4x, and a million synthetic requests.
+
+Workloads (scenario files in ``benchmarks/scenarios/``):
+
+- (a) ``speed_a``: the Azure conversation trace (19,366 requests) at its
+  recorded rate, prompts clipped so prompt + output <= 4096, one Llama-2-7B
+  A100-80GB replica;
+- (b) ``speed_b``: the same at 4x the recorded rate;
+- (c) ``speed_c``: 1,000,000 synthetic requests with the trace's prompt and
+  output lengths (resampled), Poisson at 38 req/s on 8 such replicas (near
+  saturation: one replica serves about 5 req/s of this mix).
+
+Policies: ``continuous`` (max_num_seqs 128, max_num_batched_tokens 4096) and
+``chunked_prefill`` (max_num_seqs 128, chunk_size 512), the settings peers are
+usually run with. Each figure is the median of ``--repeat`` runs, every run in
+a fresh process (see ``bench_core.py``); peak RSS is the largest seen.
+
+    python benchmarks/bench_speed.py                         # a, b (both policies), c (continuous)
+    python benchmarks/bench_speed.py --only c --repeat 1
+    python benchmarks/bench_speed.py --c-policies continuous,chunked_prefill
+
+A benchmark, not a test: it asserts nothing. The targets it checks by eye:
+(c) under continuous batching in under 60 s and 2 GiB; (a) in under 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_core import bench_policy, missing_trace, print_machine  # noqa: E402
+
+from simbatch.errors import SimbatchError  # noqa: E402
+
+HERE = Path(__file__).resolve().parent / "scenarios"
+WORKLOADS = {"a": HERE / "speed_a.yaml", "b": HERE / "speed_b.yaml", "c": HERE / "speed_c.yaml"}
+POLICIES = ("continuous", "chunked_prefill")
+
+
+def table(label: str, path: Path, policies: list[str], repeat: int) -> None:
+    """One workload: a row per policy (wall s, req/s, steps/s, peak MiB)."""
+    if (trace := missing_trace(path)) is not None:
+        print(f"\n({label}) {path.name}: skipped, trace {trace} not found")
+        return
+    print(f"\n({label}) {path.stem} (median of {repeat}, one fresh process per run)")
+    print(f"{'policy':16}{'wall s':>9}{'requests':>10}{'steps':>10}{'req/s':>10}{'steps/s':>10}"
+          f"{'peak MiB':>10}")
+    for kind in policies:
+        r = bench_policy(path, kind, repeat)
+        requests = round(r["req_per_s"] * r["wall"])
+        print(f"{kind:16}{r['wall']:9.2f}{requests:10d}{r['steps']:10d}{r['req_per_s']:10.0f}"
+              f"{r['steps_per_s']:10.0f}{r['peak_mib']:10.0f}", flush=True)
+
+
+def policy_list(text: str, ap: argparse.ArgumentParser) -> list[str]:
+    """Comma-separated policy names, checked."""
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if unknown := [p for p in names if p not in POLICIES]:
+        ap.error(f"unknown policy {', '.join(unknown)}; allowed: {', '.join(POLICIES)}")
+    return names
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the machine, then one table per workload."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeat", type=int, default=3, help="runs per figure (default 3)")
+    ap.add_argument("--only", default="a,b,c", help="workloads to run, e.g. a,b (default a,b,c)")
+    ap.add_argument("--policies", default=",".join(POLICIES),
+                    help="policies for (a) and (b) (default: continuous,chunked_prefill)")
+    ap.add_argument("--c-policies", default="continuous",
+                    help="policies for (c) (default: continuous; chunked_prefill takes minutes)")
+    args = ap.parse_args(argv)
+    if args.repeat < 1:
+        ap.error("--repeat must be >= 1")
+    only = [w.strip() for w in args.only.split(",") if w.strip()]
+    if bad := [w for w in only if w not in WORKLOADS]:
+        ap.error(f"unknown workload {', '.join(bad)}; allowed: a, b, c")
+    policies, c_policies = policy_list(args.policies, ap), policy_list(args.c_policies, ap)
+    print_machine()
+    try:
+        for w in only:
+            table(w, WORKLOADS[w], c_policies if w == "c" else policies, args.repeat)
+    except SimbatchError as exc:
+        sys.exit(f"error: {exc}")
+
+
+if __name__ == "__main__":
+    main()
