@@ -71,3 +71,32 @@ def test_fast_path_takes_most_steps_of_a_steady_run():
     finally:
         ContinuousPolicy.schedule = original
     assert len(calls) < slow_steps / 3
+
+
+def test_chunked_prefill_under_load_runs_mostly_mixed_steps():
+    # A loaded chunked-prefill replica has a chunk in nearly every step; the
+    # fast path plans only the chunks (schedule_chunks) and runs the decodes lazily.
+    sc = scenario(3, "chunked_prefill", "paged", 0.9, 20.0, 1)
+    from simbatch.policies.chunked_prefill import ChunkedPrefillPolicy
+
+    calls = {"schedule": 0, "chunks": 0}
+    original, chunks = ChunkedPrefillPolicy.schedule, ChunkedPrefillPolicy.schedule_chunks
+
+    def count(name, fn):
+        def wrapper(self, *args):
+            calls[name] += 1
+            return fn(self, *args)
+        return wrapper
+
+    ChunkedPrefillPolicy.schedule = count("schedule", original)
+    ChunkedPrefillPolicy.schedule_chunks = count("chunks", chunks)
+    try:
+        fast = simulate(sc)
+    finally:
+        ChunkedPrefillPolicy.schedule, ChunkedPrefillPolicy.schedule_chunks = original, chunks
+    t = fast.log.step_table()
+    steps = len(t["start_s"])
+    mixed = int(((t["prefill_tokens"] > 0) & (t["decode_tokens"] > 0)).sum())
+    assert mixed > steps / 4  # the workload does exercise mixed steps
+    assert calls["chunks"] >= 0.9 * mixed
+    assert calls["schedule"] < steps / 4

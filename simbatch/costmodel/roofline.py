@@ -81,6 +81,15 @@ class PricedByWork:
         work = decode_work(num_seqs, context_sum)
         return self.price(work, work, num_seqs)
 
+    def mixed_cost(self, num_decodes: int, context_sum: int, chunk_new: list[int],
+                   chunk_ctx: list[int]) -> StepCost:
+        """:meth:`step_cost` of ``num_decodes`` unpadded decode slots (contexts summing to
+        ``context_sum``) followed by prefill chunks of ``chunk_new`` tokens over ``chunk_ctx``."""
+        n, s = num_decodes, context_sum
+        pre = _attn_sums(chunk_new, chunk_ctx)
+        work = (n + pre[2], n + len(chunk_new) - chunk_new.count(0), (s + n, s + n, n), pre)
+        return self.price(work, work, n + len(chunk_new))
+
     def padded_decode_cost(self, num_slots: int, num_live: int, context: int) -> StepCost:
         """:meth:`step_cost` of a padded batch's decode step: ``num_slots`` rows at context
         ``context``, of which ``num_live`` hold a live request (the rest compute padding)."""

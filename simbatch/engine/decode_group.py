@@ -49,22 +49,39 @@ class DecodeGroup:
         return self.finishes[0][0]
 
     def adopt(self, running: list[Sequence], prev_decode: int) -> bool:
-        """Make the members the policy's ``running`` list, joining its newcomers.
+        """Make every request in the policy's ``running`` list a member, joining newcomers.
 
-        Newcomers are appended by admission, so the old members must be its
-        prefix; anything else means the running list changed behind the group,
-        which the engine prevents by syncing first. Returns False when some
-        request is not in a steady decode state (the normal path runs instead).
+        Members are always running (they leave only by finishing, or all at
+        once by :meth:`sync_all`), so equal lengths mean nothing to join, and
+        when no member sits past the first ``len(members)`` entries the
+        newcomers are exactly that tail (continuous batching appends them).
+        Returns False when a newcomer is not in a steady decode state (the
+        normal path runs instead).
         """
-        m = len(self.members)
-        # Cheap guard (the full prefix compare would cost O(batch) a run).
-        if len(running) < m or (m and running[m - 1].id not in self.members):
-            raise RuntimeError("running requests changed while the decode group owed them steps")
-        for seq in running[m:]:
+        m, members = len(self.members), self.members
+        if len(running) == m:
+            return True
+        tail = running[m:]
+        if any(s.id in members for s in tail):
+            tail = [s for s in running if s.id not in members]  # joined out of order (chunked prefill)
+        for seq in tail:
             if not self.can_join(seq, prev_decode):
                 return False
             self.join(seq)
         return True
+
+    def adopt_decoding(self, running: list[Sequence], num_prefilling: int, prev_decode: int) -> bool:
+        """Like :meth:`adopt`, when ``num_prefilling`` running requests are mid-prefill: the
+        members become every running request that decodes. False if one cannot join."""
+        if len(running) == len(self.members) + num_prefilling:
+            return True
+        members = self.members
+        for seq in running:
+            if seq.id not in members and seq.num_generated and seq.num_tokens - seq.num_computed == 1:
+                if not self.can_join(seq, prev_decode):
+                    return False
+                self.join(seq)
+        return len(running) == len(members) + num_prefilling
 
     def can_join(self, seq: Sequence, prev_decode: int) -> bool:
         """``seq`` decodes next step with room to grow block by block, and its token run is live."""

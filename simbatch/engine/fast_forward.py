@@ -86,6 +86,45 @@ def decode_run(replica):
     return done
 
 
+def mixed_step(replica):
+    """One step of chunked prefill with its decodes run lazily by the decode group: the policy
+    plans only the chunks. Returns 1 if it ran the step, 0 to leave it to the normal path."""
+    env, policy, log, group = replica.env, replica.policy, replica.log, replica.group
+    kv, budget = policy.kv, policy.params.budget
+    mixed_cost = getattr(replica.backend, "mixed_cost", None)
+    if mixed_cost is None or not group.adopt_decoding(policy.running, len(policy.prefilling),
+                                                      replica.prev_decode):
+        return 0
+    n = len(group.members)
+    need = group.need()
+    # The normal path's decodes: all of them, within the budget, without preempting anyone.
+    if n == 0 or n > budget or need > kv.num_free:
+        return 0
+    kv.take(need)
+    start, context = env.now, group.context()
+    chunks = policy.schedule_chunks(budget - n, group.members)
+    waiting = policy.num_waiting
+    chunk_new = [k for _, k in chunks]
+    cost = mixed_cost(n, context, chunk_new, [s.num_computed for s, _ in chunks])
+    yield env.timeout(cost.seconds)
+    num = n + len(chunks)
+    step = log.record_step(replica=replica.index, start_s=start, duration_s=cost.seconds, num_seqs=num,
+                           num_slots=num, prefill_tokens=sum(chunk_new), decode_tokens=n, padded_tokens=0,
+                           kv_used_blocks=kv.num_used, num_waiting=waiting,
+                           useful_flops=cost.useful_flops, useful_bytes=cost.useful_bytes)
+    end = env.now
+    finished = replica.apply_chunks(chunks, step, start, end)
+    group.clock += 1
+    group.last_step = replica.prev_decode = step
+    if group.next_finish() == group.clock:
+        done = group.pop_finished()
+        for seq in done:
+            replica.emit(seq, step, end, True)
+        finished += done
+    policy.on_step_done(None, finished, end)
+    return 1
+
+
 def finish(replica, step: int) -> None:
     """Emit the last token of the members that finished in ``step`` and retire them."""
     finished = replica.group.pop_finished()

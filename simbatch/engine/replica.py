@@ -13,7 +13,7 @@ import simpy
 
 from simbatch.costmodel.base import CostModel
 from simbatch.engine.decode_group import DecodeGroup
-from simbatch.engine.fast_forward import steady_run
+from simbatch.engine.fast_forward import mixed_step, steady_run
 from simbatch.eventlog import EventLog
 from simbatch.plan import StepPlan
 from simbatch.policies.base import Policy
@@ -50,8 +50,11 @@ class Replica:
         """The engine loop: schedule, run, postprocess; sleep when there is nothing to do."""
         env, policy = self.env, self.policy
         while True:
-            if self.fast_forward and policy.steady_decode():
-                if (yield from steady_run(self)):
+            if self.fast_forward:
+                if policy.steady_decode():
+                    if (yield from steady_run(self)):
+                        continue
+                elif policy.mixes_chunks and (yield from mixed_step(self)):
                     continue
             if self.group.members and policy.next_plan_reads_running():
                 self.group.sync_all()
@@ -113,6 +116,21 @@ class Replica:
                     finished.append(seq)
         if plan.num_decode_tokens:
             self.prev_decode = step
+        return finished
+
+    def apply_chunks(self, chunks: list, step: int, start: float, end: float) -> list[Sequence]:
+        """:meth:`postprocess` for prefill-chunk rows ``(seq, tokens)`` alone (the fast path's
+        mixed steps settle their decodes lazily); returns the requests that finished."""
+        finished = []
+        first_scheduled = self.log.first_scheduled_s
+        for seq, n in chunks:
+            if seq.num_computed == 0 and seq.num_preemptions == 0 and seq.num_generated == 0:
+                first_scheduled[seq.id] = start
+            seq.num_computed += n
+            if seq.num_computed == seq.num_tokens:
+                self.emit(seq, step, end, False)
+                if seq.status == FINISHED:
+                    finished.append(seq)
         return finished
 
     def emit(self, seq: Sequence, step: int, end: float, extends: bool) -> None:

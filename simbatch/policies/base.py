@@ -25,6 +25,8 @@ class Policy:
     # Which steady state steady_decode() promises (see simbatch.engine.fast_forward):
     # "running" (every running request decodes) or "padded_batch" (the batch decodes on).
     steady_kind: ClassVar[str] = ""
+    # True when the policy offers schedule_chunks (the fast path's mixed steps).
+    mixes_chunks: ClassVar[bool] = False
 
     def __init__(self, params, kv: KVCache, note: Callable[[str], None] = lambda m: None):
         self.params = params

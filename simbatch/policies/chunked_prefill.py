@@ -46,6 +46,15 @@ class ChunkedPrefillPolicy(IterationPolicy):
 
     kind = "chunked_prefill"
     Params = ChunkedPrefillParams
+    # The engine's fast path may run the decodes lazily and ask only for the
+    # chunks (schedule_chunks), since decodes never depend on the chunks.
+    mixes_chunks = True
+
+    def __init__(self, params, kv, note=lambda m: None):
+        super().__init__(params, kv, note)
+        # Running requests whose prefill is under way, in running order (exact between steps).
+        self.prefilling: list[Sequence] = []
+        self.rescan = False  # a preemption reordered things: rebuild prefilling after the step
 
     def schedule(self, now: float) -> StepPlan | None:
         budget = self.params.budget
@@ -66,6 +75,33 @@ class ChunkedPrefillPolicy(IterationPolicy):
             num_context_tokens=[s.num_computed for s, _ in slots],
             num_decode_slots=len(decodes),
         )
+
+    def schedule_chunks(self, budget: int, protected) -> list[tuple[Sequence, int]]:
+        """The chunk part of :meth:`schedule` when every running decode is already planned
+        (its blocks taken, ``budget`` what they left; ``protected``: their ids)."""
+        chunks, budget = self.take_running(self.prefilling, budget, decoding=False, protected=protected)
+        return chunks + self.admit_chunks(budget)
+
+    def all_decoding(self) -> bool:
+        return not self.prefilling
+
+    def may_admit(self, seq: Sequence, num_new: int, reserve: int = 0) -> bool:
+        if not super().may_admit(seq, num_new, reserve):
+            return False
+        self.prefilling.append(seq)
+        return True
+
+    def preempt(self, seq: Sequence) -> None:
+        super().preempt(seq)
+        self.rescan = True
+
+    def on_step_done(self, plan, finished, now) -> None:
+        super().on_step_done(plan, finished, now)
+        if self.rescan:
+            self.rescan = False
+            self.prefilling = [s for s in self.running if not s.is_decoding]
+        else:
+            self.prefilling = [s for s in self.prefilling if s.status == RUNNING and not s.is_decoding]
 
     def steady_decode(self) -> bool:
         # ... and only while every decode fits in the step's token budget.

@@ -1,0 +1,49 @@
+"""The fast path's O(1) prices are bit-identical to pricing the plans they stand for."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simbatch.costmodel import RooflineCostModel, build_cost_model
+from simbatch.costmodel.profile import ProfileCostModel
+from simbatch.plan import StepPlan
+
+ROOFLINE = RooflineCostModel("llama-2-7b", "a100-80gb")
+# The default cost model for a shipped pair is measured (Vidur's A100 profile).
+PROFILE = build_cost_model(None, "llama-2-7b", "a100-80gb")
+
+
+def same(a, b) -> bool:
+    return (a.seconds == b.seconds and a.breakdown == b.breakdown
+            and a.useful_flops == b.useful_flops and a.useful_bytes == b.useful_bytes)
+
+
+def test_the_default_model_for_a_shipped_pair_is_a_profile():
+    assert isinstance(PROFILE, ProfileCostModel)
+
+
+@pytest.mark.parametrize("cm", [ROOFLINE, PROFILE], ids=["roofline", "profile"])
+@settings(max_examples=60, deadline=None)
+@given(ctx=st.lists(st.integers(1, 4096), min_size=1, max_size=160),
+       chunks=st.lists(st.tuples(st.integers(1, 512), st.integers(0, 4000)), max_size=3))
+def test_mixed_and_decode_costs_equal_step_cost(cm, ctx, chunks):
+    n = len(ctx)
+    new = [k for k, _ in chunks]
+    cctx = [c for _, c in chunks]
+    plan = StepPlan(list(range(n + len(chunks))), [1] * n + new, ctx + cctx, None, n)
+    assert same(cm.mixed_cost(n, sum(ctx), new, cctx), cm.step_cost(plan))
+    if not chunks:
+        assert same(cm.decode_cost(n, sum(ctx)), cm.step_cost(plan))
+
+
+@pytest.mark.parametrize("cm", [ROOFLINE, PROFILE], ids=["roofline", "profile"])
+@settings(max_examples=40, deadline=None)
+@given(slots=st.integers(1, 64), dead=st.integers(0, 63), context=st.integers(1, 4096))
+def test_padded_decode_cost_equals_step_cost(cm, slots, dead, context):
+    dead = min(dead, slots - 1)
+    live = slots - dead
+    plan = StepPlan(list(range(live)) + [-1] * dead, [1] * live + [0] * dead, [context] * slots,
+                    [0] * live + [1] * dead, slots)
+    assert same(cm.padded_decode_cost(slots, live, context), cm.step_cost(plan))
