@@ -19,7 +19,7 @@ import pandas as pd
 from simbatch import __version__
 from simbatch.engine.simulation import RunResult, simulate
 from simbatch.executors import ProcessExecutor
-from simbatch.metrics import comparison_table, request_table, steps_table, summarize
+from simbatch.metrics import comparison_table, replica_summaries, request_table, steps_table, summarize
 from simbatch.report import write_comparison, write_run
 from simbatch.scenario import Scenario, load_scenario
 
@@ -69,12 +69,14 @@ def run(scenario: Scenario) -> RunOutput:
     """Simulate ``scenario`` and compute its metrics."""
     result = simulate(scenario)
     tp = scenario.cluster.tensor_parallel
+    requests, steps = request_table(result.log, result.workload), steps_table(result.log)
     summary = summarize(result.log, result.workload, slo=scenario.slo.as_dict() or None,
-                        peak_flops=result.gpu.peak_flops, peak_bandwidth=result.gpu.hbm_bandwidth,
-                        gpus_per_replica=tp)
+                        peak_flops=result.peak_flops, peak_bandwidth=result.peak_bandwidth,
+                        gpus_per_replica=tp, requests=requests, steps=steps)
     summary.update(describe_run(result))
-    return RunOutput(result, summary, request_table(result.log, result.workload),
-                     steps_table(result.log))
+    summary["replicas"] = replica_summaries(requests, steps, summary["duration_s"], result.replica_info(),
+                                            result.peak_flops, result.peak_bandwidth)
+    return RunOutput(result, summary, requests, steps)
 
 
 def run_policy(scenario: Scenario, kind: str) -> RunOutput:
@@ -82,22 +84,48 @@ def run_policy(scenario: Scenario, kind: str) -> RunOutput:
     return run(scenario.with_policy(kind))
 
 
-def compare(scenario: Scenario, policies: list[str] | None = None,
-            jobs: int | None = None) -> tuple[dict[str, RunOutput], pd.DataFrame]:
-    """Run the same workload under each policy; return the runs and one comparison table.
+def run_variant(scenario: Scenario, variant: tuple[str | None, str | None]) -> RunOutput:
+    """``scenario`` under ``(policy kind, router)``; None keeps the scenario's own."""
+    kind, router = variant
+    if router is not None:
+        scenario = scenario.with_router(router)
+    return run(scenario.with_policy(kind) if kind is not None else scenario)
+
+
+def compare_variants(scenario: Scenario, policies: list[str] | None,
+                     routers: list[str] | None) -> dict[str, tuple[str | None, str | None]]:
+    """Row name -> (policy, router) for :func:`compare`.
+
+    Without routers (argument or ``cluster.routers``): one row per policy.
+    With them: one row per router under the scenario's own policy, or, when
+    ``policies`` are given too, one per ``policy+router``.
+    """
+    routers = list(routers or scenario.cluster.routers)
+    if not routers:
+        return {k: (k, None) for k in policies or POLICY_ORDER}
+    if not policies:
+        return {r: (None, r) for r in routers}
+    return {f"{k}+{r}": (k, r) for k in policies for r in routers}
+
+
+def compare(scenario: Scenario, policies: list[str] | None = None, jobs: int | None = None,
+            routers: list[str] | None = None) -> tuple[dict[str, RunOutput], pd.DataFrame]:
+    """Run the same workload under each policy (or router); return the runs and one comparison table.
 
     Each policy takes its parameters from the scenario's ``policies.<kind>``
     section, or from ``policy`` when that is the same kind, else its defaults.
-    Runs fan out over ``jobs`` processes (default: one per core); a run is a
-    function of its scenario and seed, so the results do not depend on ``jobs``.
+    Routers (``routers`` or the scenario's ``cluster.routers``) are compared as
+    :func:`compare_variants` says. Runs fan out over ``jobs`` processes (default:
+    one per core); a run is a function of its scenario and seed, so the results
+    do not depend on ``jobs``.
     """
-    kinds = list(policies or POLICY_ORDER)
-    executor = ProcessExecutor(min(len(kinds), jobs or os.cpu_count() or 1))
+    variants = compare_variants(scenario, policies, routers)
+    executor = ProcessExecutor(min(len(variants), jobs or os.cpu_count() or 1))
     try:
-        outs = executor.map(partial(run_policy, scenario), kinds)
+        outs = executor.map(partial(run_variant, scenario), list(variants.values()))
     finally:
         executor.close()
-    runs = dict(zip(kinds, outs))
+    runs = dict(zip(variants, outs))
     return runs, comparison_table({k: r.summary for k, r in runs.items()})
 
 
@@ -112,4 +140,15 @@ def write_compare(out_dir: str | Path, runs: dict[str, RunOutput], table: pd.Dat
     plot_comparison({k: r.summary for k, r in runs.items()}, out_dir / "comparison.png")
 
 
-__all__ = ["RunOutput", "compare", "load_scenario", "run", "run_policy", "write_compare", "POLICY_ORDER"]
+def validate(scenario: Scenario, device: str = "cpu", policies: list[str] | None = None, **options):
+    """Run ``scenario`` on the real torch backend under each policy and compare it with the
+    calibrated cost model (needs torch; see docs/validation.md). ``options``: ``profile``,
+    ``dtype``, ``threads``, ``progress``. Returns a :class:`simbatch.validate.runner.Validation`;
+    ``simbatch.validate.write_validation(out_dir, result)`` writes its files."""
+    from simbatch.validate.runner import validate as run_validation
+
+    return run_validation(scenario, device, policies, **options)
+
+
+__all__ = ["RunOutput", "compare", "load_scenario", "run", "run_policy", "validate", "write_compare",
+           "POLICY_ORDER"]

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
 
+from simbatch.engine.routers import ROUTERS
 from simbatch.errors import SimbatchError
 from simbatch.params import parse_params, require
 from simbatch.policies import parse_policy
@@ -21,16 +22,96 @@ TOP_LEVEL = ("name", "description", "workload", "model", "hardware", "cluster", 
              "policies", "cost_model", "kv_cache", "slo", "seed", "sweep")
 
 
+GROUP_FIELDS = ("hardware", "tensor_parallel", "policy", "cost_model")  # a group may override these
+
+
+@dataclass(frozen=True)
+class ReplicaGroup:
+    """``count`` alike replicas; a field left out (None) falls back to the scenario's top level.
+
+    ``hardware`` and ``cost_model`` are specs checked when the run is built;
+    ``policy`` is merged onto the scenario's policy when it names the same kind
+    (or none), and replaces it when it names another (as ``--set policy.kind`` does).
+    """
+
+    count: int = 1
+    hardware: object = None
+    tensor_parallel: int | None = None
+    policy: object = None
+    cost_model: object = None
+
+    def __post_init__(self):
+        require(self.count >= 1, "count", "must be >= 1")
+        require(self.tensor_parallel is None or self.tensor_parallel >= 1, "tensor_parallel", "must be >= 1")
+        require(self.policy is None or isinstance(self.policy, dict), "policy",
+                "must be a mapping, e.g. {kind: continuous, max_num_seqs: 64}")
+
+    def policy_spec(self, base: dict) -> dict:
+        """This group's ``policy:`` section given the scenario's ``base`` one."""
+        if self.policy is None:
+            return dict(base)
+        if self.policy.get("kind", base.get("kind")) == base.get("kind"):
+            return {**base, **self.policy}
+        return dict(self.policy)
+
+
 @dataclass(frozen=True)
 class ClusterParams:
-    """Identical replicas, each a tensor-parallel group of GPUs; requests go round-robin."""
+    """Replicas, each a tensor-parallel group of GPUs, and the router that spreads requests over them.
+
+    ``replicas`` is the total count. ``groups`` lists the replica groups: one
+    group of ``replicas`` identical replicas when the scenario gives a number,
+    else one per entry of its ``replicas:`` list. ``routers`` are what
+    ``simbatch compare`` puts side by side (empty: it compares policies).
+    """
 
     replicas: int = 1
     tensor_parallel: int = 1
+    router: str = "round_robin"
+    routers: list[str] = field(default_factory=list)
+    groups: tuple[ReplicaGroup, ...] = ()
 
     def __post_init__(self):
         require(self.replicas >= 1, "replicas", "must be >= 1")
         require(self.tensor_parallel >= 1, "tensor_parallel", "must be >= 1")
+        allowed = ", ".join(ROUTERS)
+        require(self.router in ROUTERS, "router", f"unknown router {self.router!r}; allowed: {allowed}")
+        for name in self.routers:
+            require(name in ROUTERS, "routers", f"unknown router {name!r}; allowed: {allowed}")
+        if not self.groups:
+            object.__setattr__(self, "groups", (ReplicaGroup(self.replicas),))
+        require(sum(g.count for g in self.groups) == self.replicas, "replicas", "does not match the groups' counts")
+
+    @property
+    def is_grouped(self) -> bool:
+        """True when the scenario listed replica groups (rather than a count)."""
+        return len(self.groups) > 1 or any(getattr(self.groups[0], f) is not None for f in GROUP_FIELDS)
+
+    def group_of_replica(self) -> list[int]:
+        """Group index of each replica, in replica order (groups are numbered in file order)."""
+        return [i for i, g in enumerate(self.groups) for _ in range(g.count)]
+
+
+def parse_cluster(values, where: str) -> ClusterParams:
+    """The ``cluster:`` section: ``replicas`` is a count or a list of groups (see :class:`ReplicaGroup`)."""
+    if values is not None and not isinstance(values, dict):
+        raise SimbatchError(where, f"expected a mapping like {{replicas: 2}}, got {values!r}")
+    values = dict(values or {})
+    if "groups" in values:  # filled from a replicas list, never written by hand
+        raise SimbatchError(f"{where}.groups", "unknown field; allowed: replicas, tensor_parallel, router, routers")
+    spec = values.get("replicas")
+    if not isinstance(spec, list):
+        return parse_params(ClusterParams, values, where)
+    if not spec:
+        raise SimbatchError(f"{where}.replicas", "an empty list; give a count or at least one group")
+    groups = []
+    for i, item in enumerate(spec):
+        if not isinstance(item, dict):
+            raise SimbatchError(f"{where}.replicas[{i}]",
+                                f"expected a mapping like {{count: 2, hardware: h100-sxm}}, got {item!r}")
+        groups.append(parse_params(ReplicaGroup, item, f"{where}.replicas[{i}]"))
+    cluster = parse_params(ClusterParams, {**values, "replicas": 1}, where)
+    return replace(cluster, replicas=sum(g.count for g in groups), groups=tuple(groups))
 
 
 @dataclass(frozen=True)
@@ -93,10 +174,23 @@ class Scenario:
         """The same scenario under policy ``kind`` (params from ``policies.<kind>``, the
         current policy's when it is already ``kind``, else the defaults)."""
         data = copy.deepcopy(self.data)
+        old = data["policy"].get("kind")
         params = (data.get("policies") or {}).get(kind)
         if params is None:
-            params = data["policy"] if data["policy"].get("kind") == kind else {}
+            params = data["policy"] if old == kind else {}
         data["policy"] = {**params, "kind": kind}
+        groups = (data.get("cluster") or {}).get("replicas")
+        for group in groups if isinstance(groups, list) else []:
+            # A group's own policy stays only if it is of this kind (its knobs may not fit another).
+            if isinstance(group, dict) and isinstance(group.get("policy"), dict) \
+                    and group["policy"].get("kind", old) != kind:
+                del group["policy"]
+        return from_dict(data, self.source, self.base_dir)
+
+    def with_router(self, router: str) -> "Scenario":
+        """The same scenario with ``cluster.router`` set to ``router``."""
+        data = copy.deepcopy(self.data)
+        data["cluster"] = {**(data.get("cluster") or {}), "router": router}
         return from_dict(data, self.source, self.base_dir)
 
 
@@ -167,9 +261,14 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
     seed = data.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise SimbatchError(f"{source}: seed", f"expected a non-negative integer, got {seed!r}")
+    cluster = parse_cluster(data.get("cluster"), f"{source}: cluster")
+    if cluster.is_grouped:
+        for i, group in enumerate(cluster.groups):
+            if group.policy is not None:
+                parse_policy(group.policy_spec(data["policy"]), f"{source}: cluster.replicas[{i}].policy")
     return Scenario(
         data=data, source=source, base_dir=Path(base_dir or "."),
-        cluster=parse_params(ClusterParams, data.get("cluster"), f"{source}: cluster"),
+        cluster=cluster,
         kv_cache=parse_params(KVCacheParams, data.get("kv_cache"), f"{source}: kv_cache"),
         slo=parse_params(SLOParams, data.get("slo"), f"{source}: slo"),
     )

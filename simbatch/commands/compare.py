@@ -10,8 +10,10 @@ HELP = "run one workload under several policies"
 
 def add_arguments(p) -> None:
     add_scenario_arguments(p)
-    p.add_argument("--policies", default="static,dynamic,continuous,chunked_prefill",
-                   help="comma-separated policy kinds (default: all four)")
+    p.add_argument("--policies", default=None,
+                   help="comma-separated policy kinds (default: all four; with routers: the scenario's policy)")
+    p.add_argument("--routers", default=None,
+                   help="comma-separated routers to compare (default: the scenario's cluster.routers, if any)")
     p.add_argument("--jobs", type=int, default=None,
                    help="processes to run policies in parallel (default: one per core)")
     p.add_argument("--report", action="store_true",
@@ -22,6 +24,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> None:
     from simbatch.api import compare, write_compare
+    from simbatch.engine.routers import check_router
     from simbatch.policies import policy_class
     from simbatch.report import format_comparison
 
@@ -34,13 +37,16 @@ def run(args) -> None:
         from simbatch.errors import SimbatchError
 
         raise SimbatchError("--traces", "needs --out DIR (traces go to DIR/<policy>/trace.json)")
-    kinds = [k.strip() for k in args.policies.split(",") if k.strip()]
-    for k in kinds:
+    kinds = [k.strip() for k in (args.policies or "").split(",") if k.strip()] or None
+    for k in kinds or []:
         policy_class({"kind": k}, "--policies")
-    runs, table = compare(scenario, kinds, jobs=args.jobs)
+    routers = [r.strip() for r in (args.routers or "").split(",") if r.strip()] or None
+    for r in routers or []:
+        check_router(r, "--routers")
+    runs, table = compare(scenario, kinds, jobs=args.jobs, routers=routers)
     for kind, r in runs.items():
         print_notes(r.messages, f"note [{kind}]")
-    first = runs[kinds[0]].summary
+    first = next(iter(runs.values())).summary
     print(f"{scenario.name}: {first['model']['name']} on {first['hardware']['name']}, "
           f"{first['num_requests']} requests")
     print(format_comparison(table))

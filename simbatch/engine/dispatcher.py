@@ -1,35 +1,73 @@
-"""Arrivals: release each request at its trace time to a replica (round-robin for now)."""
+"""Arrivals: release each request at its trace time to the replica its router picks."""
 
 from __future__ import annotations
 
 import simpy
 
+from simbatch.engine.routers import RoundRobinRouter, Router
 from simbatch.eventlog import EventLog
 from simbatch.sequence import Sequence
 from simbatch.workload import Workload
 
+NO_LIMIT = float("inf")
 
-def dispatch(env: simpy.Environment, workload: Workload, replicas: list, seqs: list, log: EventLog):
-    """SimPy process: one event per arrival. Requests a policy can never serve are rejected."""
+
+def serve_limits(replicas: list) -> list[float]:
+    """Per replica, the longest prompt + output it can ever serve.
+
+    The policy's limit (``max_request_tokens``) always counts. KV capacity
+    counts only when replicas differ in it: ``simulate`` has checked that every
+    request fits the largest cache, and a single-size cluster keeps the
+    policy's own guard for a request that cannot fit (its error is tested).
+    """
+    policy_limits = [r.policy.max_request_tokens() for r in replicas]
+    limits = [NO_LIMIT if lim is None else lim for lim in policy_limits]
+    kv_tokens = [r.policy.kv.num_blocks * r.policy.kv.block_size for r in replicas]
+    if len(set(kv_tokens)) > 1:
+        limits = [min(lim, kv) for lim, kv in zip(limits, kv_tokens)]
+    return limits
+
+
+def rejection_note(rejected: int, replicas: list, limits: list[float]) -> str:
+    """The run-log line for requests no replica could serve."""
+    kinds = {r.policy.kind for r in replicas}
+    if len(kinds) == 1 and len(set(limits)) == 1:
+        return (f"{rejected} request(s) rejected: prompt + output longer than the "
+                f"{replicas[0].policy.kind} policy's max_num_batched_tokens ({limits[0]}); "
+                f"raise it or use chunked_prefill")
+    return (f"{rejected} request(s) rejected: prompt + output longer than any replica serves "
+            f"(at most {max(limits)} tokens: a policy's max_num_batched_tokens or a KV cache)")
+
+
+def dispatch(env: simpy.Environment, workload: Workload, replicas: list, seqs: list, log: EventLog,
+             router: Router | None = None):
+    """SimPy process: one event per arrival. The router picks among the replicas that can
+    serve the request; a request none can serve is rejected (vLLM rejects prompts longer
+    than ``max_model_len`` the same way)."""
+    router = router or RoundRobinRouter(replicas)
     arrival = workload.arrival_s.tolist()
     prompt = workload.prompt_tokens.tolist()
     output = workload.output_tokens.tolist()
     priority = workload.priority.tolist() if workload.priority is not None else [0] * len(arrival)
-    limit = replicas[0].policy.max_request_tokens()
+    limits = serve_limits(replicas)
+    floor, ceiling = min(limits), max(limits)  # every replica serves up to floor; none beyond ceiling
+    pick = router.pick
     rejected = 0
     log.arrival_s[:] = workload.arrival_s
     for i, t in enumerate(arrival):
         if t > env.now:
             yield env.timeout(t - env.now)
-        if limit is not None and prompt[i] + output[i] > limit:
-            rejected += 1  # vLLM rejects prompts longer than max_model_len the same way
-            continue
+        total = prompt[i] + output[i]
+        candidates = replicas
+        if total > floor:
+            if total > ceiling:
+                rejected += 1
+                continue
+            candidates = [r for r, lim in zip(replicas, limits) if total <= lim]
         seq = Sequence(i, t, prompt[i], output[i], priority[i])
         seqs[i] = seq
-        r = i % len(replicas)
-        log.replica[i] = r
-        replicas[r].submit(seq)
+        replica = pick(seq, candidates, env.now)
+        log.replica[i] = replica.index
+        replica.submit(seq)
     if rejected:
-        log.note(f"{rejected} request(s) rejected: prompt + output longer than the "
-                 f"{replicas[0].policy.kind} policy's max_num_batched_tokens ({limit}); "
-                 f"raise it or use chunked_prefill")
+        log.note(rejection_note(rejected, replicas, limits))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import simpy
 
@@ -11,6 +11,7 @@ from simbatch.errors import SimbatchError
 from simbatch.eventlog import EventLog
 from simbatch.engine.dispatcher import dispatch
 from simbatch.engine.replica import Replica
+from simbatch.engine.routers import ROUTER_CLASSES, StepClock
 from simbatch.hardware import GPUSpec, get_gpu
 from simbatch.kvcache import KVCache, kv_capacity_blocks
 from simbatch.models import ModelSpec, get_model
@@ -21,8 +22,32 @@ from simbatch.workload import Workload, build_workload
 
 
 @dataclass
+class ReplicaGroupSetup:
+    """One replica group as built: its GPU, TP degree, cost model, policy and KV capacity."""
+
+    index: int  # group number, in the order of cluster.replicas
+    count: int
+    gpu: GPUSpec
+    tensor_parallel: int
+    backend: object
+    policy_cls: type
+    policy_params: object
+    kv_blocks: int
+
+    def describe(self) -> dict:
+        """What a replica of this group is, for the summary's per-replica section."""
+        return {"group": self.index, "hardware": self.gpu.name, "tensor_parallel": self.tensor_parallel,
+                "policy": self.policy_cls.kind, "kv_blocks": self.kv_blocks}
+
+
+@dataclass
 class RunResult:
-    """Everything a run produced, before metrics."""
+    """Everything a run produced, before metrics.
+
+    ``gpu`` and ``cost_model`` are the first replica group's (a cluster of one
+    kind has one group); ``policy_params`` are the scenario's ``policy``;
+    ``groups`` holds every group, ``group_of_replica`` each replica's group.
+    """
 
     scenario: Scenario
     workload: Workload
@@ -31,18 +56,46 @@ class RunResult:
     gpu: GPUSpec
     cost_model: object
     policy_params: object
+    groups: list[ReplicaGroupSetup] = field(default_factory=list)
+
+    @property
+    def group_of_replica(self) -> list[ReplicaGroupSetup]:
+        """Each replica's group, in replica order."""
+        return [g for g in self.groups for _ in range(g.count)]
+
+    def replica_info(self) -> list[dict]:
+        """Per replica: index, group, hardware, TP degree, policy kind, KV blocks."""
+        return [{"index": r, **g.describe()} for r, g in enumerate(self.group_of_replica)]
+
+    def _per_replica(self, attr: str):
+        """A GPU figure: one number for a single-GPU-kind cluster, else one per replica."""
+        values = [getattr(g.gpu, attr) for g in self.group_of_replica]
+        return values[0] if len(set(values)) <= 1 else values
+
+    @property
+    def peak_flops(self):
+        """Peak FLOP/s per GPU (a list, per replica, when the GPUs differ)."""
+        return self._per_replica("peak_flops") if self.groups else self.gpu.peak_flops
+
+    @property
+    def peak_bandwidth(self):
+        """Peak HBM bytes/s per GPU (a list, per replica, when the GPUs differ)."""
+        return self._per_replica("hbm_bandwidth") if self.groups else self.gpu.hbm_bandwidth
 
 
-def kv_blocks_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec) -> int:
-    """KV capacity of one replica; a model that leaves no room for KV is a user error."""
-    kv, tp = scenario.kv_cache, scenario.cluster.tensor_parallel
+def kv_blocks_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
+                          tensor_parallel: int | None = None, where: str = "hardware") -> int:
+    """KV capacity of one replica (TP degree: the cluster's unless given); a model that
+    leaves no room for KV is a user error naming ``where``."""
+    kv = scenario.kv_cache
+    tp = tensor_parallel or scenario.cluster.tensor_parallel
     blocks = kv_capacity_blocks(
         gpu_memory_bytes=gpu.memory_bytes, weight_bytes=model.weight_bytes,
         kv_bytes_per_token=model.kv_bytes_per_token, tensor_parallel=tp,
         block_size=kv.block_size, gpu_memory_utilization=kv.gpu_memory_utilization)
     if blocks < 1:
         raise SimbatchError(
-            scenario.where("hardware"),
+            scenario.where(where),
             f"{model.name} weights ({model.weight_bytes / 2**30:.1f} GiB over {tp} GPU(s)) leave no room "
             f"for a KV cache in {gpu.name} x gpu_memory_utilization {kv.gpu_memory_utilization}; "
             f"raise cluster.tensor_parallel or pick a larger GPU")
@@ -50,7 +103,8 @@ def kv_blocks_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec) ->
 
 
 def check_requests_fit(workload: Workload, scenario: Scenario, blocks: int, model_name: str) -> None:
-    """A request whose prompt + output can never fit in one replica's KV cache is a user error."""
+    """A request whose prompt + output can never fit in one replica's KV cache (the largest,
+    in a mixed cluster) is a user error."""
     bs = scenario.kv_cache.block_size
     total = workload.prompt_tokens + workload.output_tokens
     need = -(-total // bs)
@@ -65,14 +119,61 @@ def check_requests_fit(workload: Workload, scenario: Scenario, blocks: int, mode
             f"set workload.max_total_tokens or use more memory")
 
 
+def group_field(scenario: Scenario, i: int, name: str) -> str:
+    """Where group ``i``'s ``name`` comes from: ``cluster.replicas[i].name`` when the group sets
+    it, else the scenario's top-level field (errors then name the line to fix)."""
+    if scenario.cluster.is_grouped and getattr(scenario.cluster.groups[i], name) is not None:
+        return f"cluster.replicas[{i}].{name}"
+    return name
+
+
+def group_backend(scenario: Scenario, model: ModelSpec, i: int) -> tuple[GPUSpec, int, object]:
+    """Group ``i``'s GPU, TP degree and cost model (its own fields, else the scenario's)."""
+    d, group = scenario.data, scenario.cluster.groups[i]
+    gpu = get_gpu(d["hardware"] if group.hardware is None else group.hardware,
+                  scenario.where(group_field(scenario, i, "hardware")))
+    tp = group.tensor_parallel or scenario.cluster.tensor_parallel
+    spec = d.get("cost_model") if group.cost_model is None else group.cost_model
+    backend = build_cost_model(spec, model, gpu, tp, scenario.where(group_field(scenario, i, "cost_model")),
+                               base_dir=scenario.base_dir)
+    return gpu, tp, backend
+
+
 def build_backend(scenario: Scenario) -> tuple[ModelSpec, GPUSpec, object]:
-    """The scenario's model, GPU and cost model (checked; errors name the scenario's fields)."""
-    d = scenario.data
-    model = get_model(d["model"], scenario.where("model"))
-    gpu = get_gpu(d["hardware"], scenario.where("hardware"))
-    backend = build_cost_model(d.get("cost_model"), model, gpu, scenario.cluster.tensor_parallel,
-                               scenario.where("cost_model"), base_dir=scenario.base_dir)
+    """The scenario's model, GPU and cost model (the first replica group's; every group is
+    built, so every group's errors surface; they name the scenario's fields)."""
+    model = get_model(scenario.data["model"], scenario.where("model"))
+    built = [group_backend(scenario, model, i) for i in range(len(scenario.cluster.groups))]
+    gpu, _, backend = built[0]
     return model, gpu, backend
+
+
+def build_groups(scenario: Scenario, model: ModelSpec) -> list[ReplicaGroupSetup]:
+    """Every replica group: GPU, TP degree, cost model, KV capacity and policy, checked."""
+    groups = []
+    for i, group in enumerate(scenario.cluster.groups):
+        gpu, tp, backend = group_backend(scenario, model, i)
+        blocks = kv_blocks_per_replica(scenario, model, gpu, tp, group_field(scenario, i, "hardware"))
+        policy_cls, params = parse_policy(group.policy_spec(scenario.data["policy"]),
+                                          scenario.where(group_field(scenario, i, "policy")))
+        groups.append(ReplicaGroupSetup(i, group.count, gpu, tp, backend, policy_cls, params, blocks))
+    return groups
+
+
+def build_replicas(env: simpy.Environment, scenario: Scenario, groups: list[ReplicaGroupSetup],
+                   log: EventLog, seqs: list, fast_forward: bool) -> tuple[list[Replica], object]:
+    """One Replica per replica (own KV cache and policy; a group shares its cost model) and the router."""
+    router_cls = ROUTER_CLASSES[scenario.cluster.router]
+    kv_params = scenario.kv_cache
+    replicas = []
+    for group in groups:
+        for _ in range(group.count):
+            kv = KVCache(group.kv_blocks, kv_params.block_size, kv_params.mode)
+            policy = group.policy_cls(group.policy_params, kv, note=log.note)
+            # Only a router that reads the step in flight pays for the clock's extra call per step.
+            backend = StepClock(group.backend, env) if router_cls.needs_step_clock else group.backend
+            replicas.append(Replica(env, len(replicas), policy, backend, log, seqs, fast_forward))
+    return replicas, router_cls(replicas)
 
 
 def simulate(scenario: Scenario, fast_forward: bool = True) -> RunResult:
@@ -84,29 +185,28 @@ def simulate(scenario: Scenario, fast_forward: bool = True) -> RunResult:
     d = scenario.data
     workload = build_workload(d["workload"], base_dir=scenario.base_dir, seed=scenario.seed,
                               where=scenario.where("workload"))
-    model, gpu, backend = build_backend(scenario)
-    blocks = kv_blocks_per_replica(scenario, model, gpu)
-    check_requests_fit(workload, scenario, blocks, model.name)
-    policy_cls, params = parse_policy(d["policy"], scenario.where("policy"))
+    model = get_model(d["model"], scenario.where("model"))
+    groups = build_groups(scenario, model)
+    check_requests_fit(workload, scenario, max(g.kv_blocks for g in groups), model.name)
+    _, params = parse_policy(d["policy"], scenario.where("policy"))
 
     log = EventLog(len(workload), scenario.cluster.replicas)
     for note in workload.notes:
         log.note(note)
     env = simpy.Environment()
     seqs: list[Sequence | None] = [None] * len(workload)
-    replicas = []
-    for r in range(scenario.cluster.replicas):
-        kv = KVCache(blocks, scenario.kv_cache.block_size, scenario.kv_cache.mode)
-        policy = policy_cls(params, kv, note=log.note)
-        replicas.append(Replica(env, r, policy, backend, log, seqs, fast_forward))
-    env.process(dispatch(env, workload, replicas, seqs, log))
+    replicas, router = build_replicas(env, scenario, groups, log, seqs, fast_forward)
+    env.process(dispatch(env, workload, replicas, seqs, log, router))
     env.run()
     flush_unfinished(seqs, replicas, log)
-    return RunResult(scenario, workload, log, model, gpu, backend, params)
+    first = groups[0]
+    return RunResult(scenario, workload, log, model, first.gpu, first.backend, params, groups)
 
 
 def flush_unfinished(seqs: list[Sequence | None], replicas: list[Replica], log: EventLog) -> None:
     """Record what requests that never finished did get (tokens, preemptions, open token runs)."""
+    for replica in replicas:
+        replica.group.sync_all()  # counters a steady decode run still owes them
     unfinished = 0
     for seq in seqs:
         if seq is None or seq.status == FINISHED:

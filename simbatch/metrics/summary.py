@@ -139,6 +139,14 @@ def _duration(log: EventLog, steps: pd.DataFrame) -> float:
     return max(candidates) - t0
 
 
+def _busy_peak(steps: pd.DataFrame, busy: float, peak) -> float:
+    """Busy seconds x peak rate: ``peak`` is one number, or a list with each replica's (mixed GPUs)."""
+    if np.ndim(peak) == 0:
+        return busy * peak
+    per_step = np.asarray(peak, dtype=np.float64)[steps["replica"].to_numpy()]
+    return float(np.dot(steps["duration_s"].to_numpy(dtype=np.float64), per_step))
+
+
 def _step_metrics(log: EventLog, steps: pd.DataFrame, duration: float, peak_flops: float,
                   peak_bandwidth: float, gpus: int) -> dict:
     """Padding waste, busy fraction, MFU/MBU (while busy) and KV peak from the step columns."""
@@ -158,19 +166,27 @@ def _step_metrics(log: EventLog, steps: pd.DataFrame, duration: float, peak_flop
     return {
         "padding_waste_frac": _ratio(padded, kept + padded),
         "busy_frac": _ratio(busy, duration * log.num_replicas),
-        "mfu": _ratio(flops, busy * gpus * peak_flops),
-        "mbu": _ratio(nbytes, busy * gpus * peak_bandwidth),
+        "mfu": _ratio(flops, _busy_peak(steps, busy, peak_flops) * gpus),
+        "mbu": _ratio(nbytes, _busy_peak(steps, busy, peak_bandwidth) * gpus),
         "kv_peak_frac": kv_peak,
     }
 
 
-def summarize(log: EventLog, workload: Workload, *, slo: dict | None = None, peak_flops: float,
-              peak_bandwidth: float, gpus_per_replica: int = 1) -> dict:
-    """The run's summary dict, keys exactly :data:`SUMMARY_KEYS` in that order (see docs/metrics.md)."""
-    if not (peak_flops > 0 and peak_bandwidth > 0 and gpus_per_replica >= 1):
+def summarize(log: EventLog, workload: Workload, *, slo: dict | None = None, peak_flops,
+              peak_bandwidth, gpus_per_replica: int = 1, requests: pd.DataFrame | None = None,
+              steps: pd.DataFrame | None = None) -> dict:
+    """The run's summary dict, keys exactly :data:`SUMMARY_KEYS` in that order (see docs/metrics.md).
+
+    ``peak_flops`` and ``peak_bandwidth`` are per GPU: one number, or a list with
+    each replica's when the cluster mixes GPUs. ``requests`` / ``steps``: the
+    run's :func:`request_table` / :func:`steps_table` when the caller has them
+    already (a million-request run would otherwise build each twice).
+    """
+    if not (np.all(np.asarray(peak_flops) > 0) and np.all(np.asarray(peak_bandwidth) > 0)
+            and gpus_per_replica >= 1):
         fail("summarize", "peak_flops and peak_bandwidth must be > 0 and gpus_per_replica >= 1")
-    req = request_table(log, workload)
-    steps = steps_table(log)
+    req = request_table(log, workload) if requests is None else requests
+    steps = steps_table(log) if steps is None else steps
     done = req["completed"].to_numpy()
     duration = _duration(log, steps)
     out_tokens = float(req["num_output_tokens"].to_numpy()[done].sum())
