@@ -61,12 +61,28 @@ class EventLog:
 
     def record_step(self, **values) -> int:
         """Append one step (all :attr:`STEP_COLUMNS`); return its number on its replica."""
-        steps = self.steps
-        for c in self.STEP_COLUMNS:
-            steps[c].append(values[c])
-        r = values["replica"]
-        k = self.replica_num_steps[r]
-        self.replica_num_steps[r] = k + 1
+        return self.append_step(*(values[c] for c in self.STEP_COLUMNS))
+
+    def append_step(self, replica, start_s, duration_s, num_seqs, num_slots, prefill_tokens,
+                    decode_tokens, padded_tokens, kv_used_blocks, num_waiting, useful_flops,
+                    useful_bytes) -> int:
+        """:meth:`record_step` with the columns in :attr:`STEP_COLUMNS` order (the engine's
+        hot path: one call per simulated step, without building a dict)."""
+        s = self.steps
+        s["replica"].append(replica)
+        s["start_s"].append(start_s)
+        s["duration_s"].append(duration_s)
+        s["num_seqs"].append(num_seqs)
+        s["num_slots"].append(num_slots)
+        s["prefill_tokens"].append(prefill_tokens)
+        s["decode_tokens"].append(decode_tokens)
+        s["padded_tokens"].append(padded_tokens)
+        s["kv_used_blocks"].append(kv_used_blocks)
+        s["num_waiting"].append(num_waiting)
+        s["useful_flops"].append(useful_flops)
+        s["useful_bytes"].append(useful_bytes)
+        k = self.replica_num_steps[replica]
+        self.replica_num_steps[replica] = k + 1
         return k
 
     def record_token_run(self, request: int, replica: int, first: int, last: int) -> None:

@@ -60,7 +60,7 @@ def decode_run(replica):
     decode_cost = getattr(replica.backend, "decode_cost", None)
     if decode_cost is None or not group.adopt(policy.running, replica.prev_decode):
         return 0
-    n, index = len(group.members), replica.index
+    n, index, append_step = len(group.members), replica.index, log.append_step
     # With an empty queue an arrival may be admitted next step, so it ends the
     # run; behind a blocked head (steady_decode's promise) arrivals change nothing.
     stop_on_arrival = policy.num_waiting == 0
@@ -73,10 +73,8 @@ def decode_run(replica):
         cost = decode_cost(n, group.context())
         start, waiting = env.now, policy.num_waiting
         yield env.timeout(cost.seconds)
-        step = log.record_step(replica=index, start_s=start, duration_s=cost.seconds, num_seqs=n,
-                               num_slots=n, prefill_tokens=0, decode_tokens=n, padded_tokens=0,
-                               kv_used_blocks=kv.num_used, num_waiting=waiting,
-                               useful_flops=cost.useful_flops, useful_bytes=cost.useful_bytes)
+        step = append_step(index, start, cost.seconds, n, n, 0, n, 0, kv.num_used, waiting,
+                           cost.useful_flops, cost.useful_bytes)
         group.clock += 1
         group.last_step = replica.prev_decode = step
         done += 1
@@ -108,10 +106,8 @@ def mixed_step(replica):
     cost = mixed_cost(n, context, chunk_new, [s.num_computed for s, _ in chunks])
     yield env.timeout(cost.seconds)
     num = n + len(chunks)
-    step = log.record_step(replica=replica.index, start_s=start, duration_s=cost.seconds, num_seqs=num,
-                           num_slots=num, prefill_tokens=sum(chunk_new), decode_tokens=n, padded_tokens=0,
-                           kv_used_blocks=kv.num_used, num_waiting=waiting,
-                           useful_flops=cost.useful_flops, useful_bytes=cost.useful_bytes)
+    step = log.append_step(replica.index, start, cost.seconds, num, num, sum(chunk_new), n, 0, kv.num_used,
+                           waiting, cost.useful_flops, cost.useful_bytes)
     end = env.now
     finished = replica.apply_chunks(chunks, step, start, end)
     group.clock += 1
