@@ -1,16 +1,20 @@
 """simbatch: simulate LLM-inference batching policies on request traces.
 
-The public API (``load_scenario``, ``run``, ``compare``) lives in
+The public API (``load_scenario``, ``run``, ``compare``, ``validate``) lives in
 :mod:`simbatch.api` and is loaded on first use, so ``import simbatch`` stays
 light.
 """
 
 __version__ = "0.1.0"
 
-_API = ("load_scenario", "run", "compare", "write_compare", "RunOutput", "POLICY_ORDER")
+_API = ("load_scenario", "run", "compare", "validate", "write_compare", "RunOutput", "POLICY_ORDER")
 
 
 def __getattr__(name):
+    if name == "validate":  # the subpackage, callable as the API function (see simbatch/validate)
+        import importlib
+
+        return importlib.import_module("simbatch.validate")
     if name in _API:
         from simbatch import api
 

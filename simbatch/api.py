@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from functools import partial
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -19,7 +19,13 @@ import pandas as pd
 from simbatch import __version__
 from simbatch.engine.simulation import RunResult, simulate
 from simbatch.executors import ProcessExecutor
-from simbatch.metrics import comparison_table, replica_summaries, request_table, steps_table, summarize
+from simbatch.metrics import (
+    comparison_table,
+    replica_summaries,
+    request_table,
+    steps_table,
+    summarize,
+)
 from simbatch.report import write_comparison, write_run
 from simbatch.scenario import Scenario, load_scenario
 
@@ -150,5 +156,13 @@ def validate(scenario: Scenario, device: str = "cpu", policies: list[str] | None
     return run_validation(scenario, device, policies, **options)
 
 
-__all__ = ["RunOutput", "compare", "load_scenario", "run", "run_policy", "validate", "write_compare",
-           "POLICY_ORDER"]
+__all__ = [
+    "POLICY_ORDER",
+    "RunOutput",
+    "compare",
+    "load_scenario",
+    "run",
+    "run_policy",
+    "validate",
+    "write_compare",
+]

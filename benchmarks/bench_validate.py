@@ -1,0 +1,97 @@
+"""Benchmark the simulator against the real torch backend on CPU, on lengths from a real trace.
+
+Draws ``--requests`` requests (seeded) from the Azure conversation trace in
+``../shared/traces`` (skips cleanly where it is absent), divides their prompt
+and output lengths by ``--length-divisor`` so that the ``tiny`` model on two
+CPU cores runs all four policies in a few minutes, releases them as a Poisson
+process, and runs ``simbatch validate`` on them: each policy executed for real
+on CPU, and predicted by the profile cost model calibrated on this machine
+with the same thread count (calibrated first when no such profile exists).
+Prints the errors table and writes the full outputs to ``--out``.
+
+This is a benchmark, not a test: it asserts nothing, and CPU timings move with
+whatever else runs on the machine.
+
+    python benchmarks/bench_validate.py [--requests 32] [--threads 1] [--out runs/bench_validate]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+TRACE = REPO.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+POLICIES = ("static", "dynamic", "continuous", "chunked_prefill")
+
+
+def trace_requests(n: int, divisor: int, rate: float, seed: int, max_total: int) -> list[dict]:
+    """``n`` requests with (prompt, output) pairs drawn from the trace, scaled by ``1/divisor``."""
+    from simbatch.workload.readers import read_trace
+
+    w = read_trace(TRACE, None, None, "trace")
+    rng = np.random.default_rng(seed)
+    rows = rng.choice(len(w), size=n, replace=False)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n)) - 1.0 / rate
+    out = []
+    for t, i in zip(arrivals, rows):
+        output = max(2, int(w.output_tokens[i]) // divisor)
+        prompt = max(2, min(int(w.prompt_tokens[i]) // divisor, max_total - output))
+        out.append({"prompt": prompt, "output": output, "arrival_s": round(float(max(t, 0.0)), 4)})
+    return out
+
+
+def scenario_file(requests: list[dict], folder: Path) -> Path:
+    """``scenarios/validate_cpu.yaml`` with its workload replaced by ``requests``."""
+    data = yaml.safe_load((REPO / "scenarios" / "validate_cpu.yaml").read_text())
+    data["name"] = "bench_validate"
+    data["workload"] = {"requests": requests}
+    path = folder / "bench_validate.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--requests", type=int, default=32)
+    p.add_argument("--length-divisor", type=int, default=4)
+    p.add_argument("--rate", type=float, default=4.0, help="Poisson arrival rate, req/s")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1 is steadier on a shared machine)")
+    p.add_argument("--profile", type=Path, default=None, help="profile folder (default: find or calibrate)")
+    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--out", type=Path, default=REPO / "runs" / "bench_validate")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    if not TRACE.is_file():
+        print(f"skipped: {TRACE} not found (the shared traces are not shipped)")
+        return 0
+    from simbatch.scenario import load_scenario
+    from simbatch.validate import format_table, validate, write_validation
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    reqs = trace_requests(args.requests, args.length_divisor, args.rate, args.seed, 2048)
+    scenario = load_scenario(scenario_file(reqs, args.out))
+    prompts, outputs = [r["prompt"] for r in reqs], [r["output"] for r in reqs]
+    print(f"{len(reqs)} requests from {TRACE.name} (lengths / {args.length_divisor}): prompt median "
+          f"{np.median(prompts):.0f} (max {max(prompts)}), output median {np.median(outputs):.0f} "
+          f"(max {max(outputs)}), {args.rate} req/s; tiny model, CPU, {args.threads} thread(s)")
+    start = time.perf_counter()
+    result = validate(scenario, "cpu", args.policies.split(","), profile=args.profile, threads=args.threads)
+    print(f"profile: {result.profile_path} ({'calibrated now' if result.profile_fresh else 'found'})")
+    print(format_table(result))
+    for kind, v in result.policies.items():
+        o = v.errors["overhead_median_ms"]
+        print(f"{kind}: measured run {v.wall_s:.1f} s; median step overhead {o['measured']:.3f} ms measured, "
+              f"{o['predicted']:.3f} ms predicted")
+    write_validation(args.out, result)
+    print(f"total {time.perf_counter() - start:.0f} s; wrote {args.out}/validation.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""A whole validation: for each policy, measure on the torch backend, predict, pair, compare."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import simpy
+
+from simbatch.engine.simulation import RunResult
+from simbatch.errors import SimbatchError
+from simbatch.hardware import get_gpu
+from simbatch.models import get_model
+from simbatch.scenario import Scenario
+from simbatch.validate.compare import pair_steps, policy_validation
+from simbatch.validate.engine import run_engine
+from simbatch.workload import build_workload
+
+POLICY_ORDER = ("static", "dynamic", "continuous", "chunked_prefill")
+
+
+@dataclass
+class PolicyValidation:
+    """One policy's measured run, predicted run, paired steps and errors."""
+
+    measured: object    # simbatch.api.RunOutput
+    predicted: object   # simbatch.api.RunOutput
+    pairs: pd.DataFrame
+    errors: dict
+    wall_s: float
+
+
+@dataclass
+class Validation:
+    """Everything ``simbatch validate`` computed (written by :func:`simbatch.validate.report.write_validation`)."""
+
+    scenario: Scenario
+    backend: dict
+    cost_model: dict
+    profile_path: Path
+    profile_fresh: bool
+    kv_note: str
+    policies: dict[str, PolicyValidation] = field(default_factory=dict)
+
+    def as_json(self) -> dict:
+        """``validation.json``'s content."""
+        return {
+            "scenario": self.scenario.name, "backend": self.backend, "cost_model": self.cost_model,
+            "profile": str(self.profile_path), "profile_calibrated_now": self.profile_fresh,
+            "kv_cache": self.kv_note,
+            "policies": {k: {**v.errors, "wall_s": v.wall_s} for k, v in self.policies.items()},
+        }
+
+
+def validate(scenario: Scenario, device: str = "cpu", policies: list[str] | None = None, *,
+             profile: str | Path | None = None, dtype: str | None = None, threads: int | None = None,
+             progress: Callable[[str], None] | None = None) -> Validation:
+    """Run ``scenario`` on the torch backend under each policy and compare with the calibrated
+    cost model's predictions (see docs/validation.md)."""
+    from simbatch.calibrate import require_torch
+
+    require_torch()
+    from simbatch.calibrate.runner import default_dtype
+    from simbatch.validate.profile import predicting_cost_model
+    from simbatch.validate.realtime import build_torch_backend, check_validatable
+
+    progress = progress or _stderr
+    kinds = _policy_kinds(policies)
+    d = scenario.data
+    model, gpu = get_model(d["model"], scenario.where("model")), get_gpu(d["hardware"], scenario.where("hardware"))
+    workload = build_workload(d["workload"], base_dir=scenario.base_dir, seed=scenario.seed,
+                              where=scenario.where("workload"))
+    check_validatable(scenario, workload, model)
+    given = _profile_dir(profile) if profile is not None else None
+    backend, kv_note = build_torch_backend(scenario, workload, model, gpu, device, dtype, threads, scenario.seed)
+    dtype = backend.dtype_name
+    cost, path, fresh = predicting_cost_model(model, gpu, device, dtype or default_dtype(backend.device.type),
+                                              backend.threads, given, scenario.seed, progress)
+    out = Validation(scenario, backend.describe(), cost.describe(), path, fresh, kv_note)
+    for kind in kinds:
+        progress(f"{kind}: running {len(workload)} requests on the torch backend ({backend.device})")
+        out.policies[kind] = validate_policy(scenario.with_policy(kind), workload, model, gpu, backend, cost)
+        e = out.policies[kind].errors
+        progress(f"{kind}: {e['step_ape']['steps']} steps in {out.policies[kind].wall_s:.1f} s")
+    return out
+
+
+def validate_policy(scenario: Scenario, workload, model, gpu, backend, cost) -> PolicyValidation:
+    """Measure, predict and compare one policy (``scenario`` already set to it)."""
+    from simbatch.validate.realtime import run_realtime
+
+    start = time.perf_counter()
+    measured = to_output(run_realtime(scenario, workload, model, gpu, backend))
+    wall = time.perf_counter() - start
+    pairs = pair_steps(backend.steps, cost)
+    blocks = backend.pool.num_blocks
+    predicted = to_output(run_engine(scenario, workload, model, gpu, cost, simpy.Environment(), blocks,
+                                     fast_forward=True))
+    errors = policy_validation(pairs, measured.summary, predicted.summary)
+    return PolicyValidation(measured, predicted, pairs, errors, wall)
+
+
+def to_output(result: RunResult):
+    """A :class:`simbatch.api.RunOutput` (summary and tables) of an engine run."""
+    from simbatch.api import RunOutput, describe_run
+    from simbatch.metrics import request_table, steps_table, summarize
+
+    sc = result.scenario
+    summary = summarize(result.log, result.workload, slo=sc.slo.as_dict() or None,
+                        peak_flops=result.gpu.peak_flops, peak_bandwidth=result.gpu.hbm_bandwidth)
+    summary.update(describe_run(result))
+    return RunOutput(result, summary, request_table(result.log, result.workload), steps_table(result.log))
+
+
+def _policy_kinds(policies: list[str] | None) -> list[str]:
+    from simbatch.policies import policy_class
+
+    kinds = list(policies or POLICY_ORDER)
+    if not kinds:
+        raise SimbatchError("--policies", "no policy given")
+    for k in kinds:
+        policy_class({"kind": k}, "--policies")
+    return kinds
+
+
+def _profile_dir(value) -> Path:
+    path = Path(value)
+    if not (path / "profile.yaml").is_file():
+        raise SimbatchError("--profile", f"no profile at {path} (expected a folder with profile.yaml, "
+                                         "as `simbatch calibrate` writes)")
+    return path
+
+
+def _stderr(message: str) -> None:
+    print(f"validate: {message}", file=sys.stderr, flush=True)

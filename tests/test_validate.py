@@ -1,0 +1,102 @@
+"""``simbatch validate`` end to end on the tiny model on CPU, and its pieces without torch."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from simbatch.cli import main
+from simbatch.plan import StepPlan
+from simbatch.scenario import load_scenario
+from simbatch.validate.compare import end_to_end_errors, signed_error, step_kind
+
+REPO = Path(__file__).resolve().parents[1]
+PROFILE = REPO / "calibration" / "profiles" / "cpu-tiny-float32-tp1"
+SCENARIO = """\
+name: validate_test
+workload:
+  requests:
+    - {prompt: 40, output: 6, arrival_s: 0.0}
+    - {prompt: 90, output: 4, arrival_s: 0.0}
+    - {prompt: 20, output: 9, arrival_s: 0.05}
+    - {prompt: 60, output: 3, arrival_s: 0.1}
+model: tiny
+hardware: a100-80gb
+policy: {kind: continuous, max_num_seqs: 4, max_num_batched_tokens: 512}
+policies:
+  static: {batch_size: 2, max_wait_s: 0.0}
+  chunked_prefill: {max_num_seqs: 4, chunk_size: 32}
+seed: 0
+"""
+
+
+def write_scenario(tmp_path: Path, text: str = SCENARIO) -> Path:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_step_kinds_and_signed_errors():
+    assert step_kind(StepPlan([0, 1], [1, 1], [5, 5], num_decode_slots=2)) == "decode_only"
+    assert step_kind(StepPlan([0, 1], [1, 64], [5, 0], num_decode_slots=1)) == "prefill_heavy"
+    assert step_kind(StepPlan([0, 1, 2, 3], [1, 1, 1, 2], [5, 5, 5, 0], num_decode_slots=3)) == "mixed"
+    assert signed_error(110.0, 100.0) == pytest.approx(0.1)
+    assert signed_error(None, 1.0) is None and signed_error(1.0, 0.0) is None
+    m = {"ttft_ms": {"median": 100.0, "p99": 200.0}, "output_throughput": 50.0}
+    p = {"ttft_ms": {"median": 90.0, "p99": 220.0}, "output_throughput": 60.0}
+    e = end_to_end_errors(m, p)
+    assert e["ttft_p50_err"] == pytest.approx(-0.1) and e["ttft_p99_err"] == pytest.approx(0.1)
+    assert e["throughput_err"] == pytest.approx(0.2) and e["e2el_p50_err"] is None
+
+
+def test_validate_end_to_end(tmp_path, capsys):
+    pytest.importorskip("torch")
+    out = tmp_path / "out"
+    code = main(["validate", str(write_scenario(tmp_path)), "--device", "cpu", "--threads", "1",
+                 "--policies", "static,chunked_prefill", "--profile", str(PROFILE), "--out", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "static" in printed and "chunked_prefill" in printed
+    report = json.loads((out / "validation.json").read_text())
+    assert set(report["policies"]) == {"static", "chunked_prefill"}
+    steps = pd.read_csv(out / "steps.csv")
+    for kind, entry in report["policies"].items():
+        assert {"step_ape", "ttft_p50_err", "ttft_p99_err", "e2el_p50_err", "e2el_p99_err",
+                "throughput_err"} <= set(entry)
+        assert entry["step_ape"]["median"] >= 0 and entry["step_ape"]["p90"] >= entry["step_ape"]["median"]
+        measured = json.loads((out / kind / "measured" / "summary.json").read_text())
+        predicted = json.loads((out / kind / "predicted" / "summary.json").read_text())
+        assert measured["completed"] == predicted["completed"] == 4
+        assert measured["cost_model"]["kind"] == "torch" and predicted["cost_model"]["kind"] == "profile"
+        # every measured step is paired, and the pairs hold exactly the measured run's tokens
+        mine = steps[steps["policy"] == kind]
+        measured_steps = pd.read_csv(out / kind / "measured" / "steps.csv")
+        assert len(mine) == len(measured_steps) == entry["step_ape"]["steps"]
+        assert mine["prefill_tokens"].sum() == measured_steps["prefill_tokens"].sum()
+        assert (mine["measured_s"] > 0).all() and (mine["predicted_s"] > 0).all()
+    # static pads: its steps compute padded tokens for real
+    assert steps.loc[steps["policy"] == "static", "padded_tokens"].sum() > 0
+    assert (out / "step_scatter.png").stat().st_size > 0 and (out / "latency_cdfs.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("args, text, message", [
+    (["--policies", "greedy"], SCENARIO, "unknown policy"),
+    (["--profile", "no/such/dir"], SCENARIO, "no profile at"),
+    (["--set", "cluster.replicas=2"], SCENARIO, "one replica"),
+    ([], SCENARIO.replace("prompt: 90", "prompt: 3000"), "context window"),
+], ids=["policy", "profile", "replicas", "context"])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, args, text, message):
+    pytest.importorskip("torch")
+    out = tmp_path / "out"
+    code = main(["validate", str(write_scenario(tmp_path, text)), "--threads", "1", "--out", str(out), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["scenario.yaml"]
+
+
+def test_bundled_cpu_scenario_loads():
+    scenario = load_scenario(REPO / "scenarios" / "validate_cpu.yaml")
+    assert scenario.data["model"] == "tiny"
+    assert set(scenario.data["policies"]) == {"static", "dynamic", "continuous", "chunked_prefill"}
