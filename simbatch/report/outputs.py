@@ -84,8 +84,9 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
 
 
 def write_run(out_dir, summary: dict, requests: pd.DataFrame, steps: pd.DataFrame,
-              log_lines: list[str]) -> list[Path]:
-    """Write ``summary.json``, ``requests.csv``, ``steps.csv`` and ``run.log`` into ``out_dir``.
+              log_lines: list[str], extra: dict[str, Callable[[Path], None]] | None = None) -> list[Path]:
+    """Write ``summary.json``, ``requests.csv``, ``steps.csv`` and ``run.log`` into ``out_dir``
+    (plus ``extra``: file name -> writer, e.g. a controller's trajectory).
 
     ``out_dir`` is created if needed; files of the same names are replaced.
     Returns the written paths.
@@ -95,6 +96,7 @@ def write_run(out_dir, summary: dict, requests: pd.DataFrame, steps: pd.DataFram
         "requests.csv": lambda p: _write_csv(p, requests),
         "steps.csv": lambda p: _write_csv(p, steps),
         "run.log": lambda p: _write_text(p, log_lines),
+        **(extra or {}),
     })
 
 

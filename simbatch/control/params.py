@@ -1,0 +1,81 @@
+"""The ``control:`` section of a scenario: which online controller runs, and its bounds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simbatch.params import parse_params, require
+
+KINDS = ("slo", "adaptive_delay")
+# What each controller turns, per policy kind (the knob keeps the policy's own name).
+KNOBS = {
+    ("slo", "continuous"): "max_num_seqs",
+    ("slo", "chunked_prefill"): "max_num_batched_tokens",
+    ("adaptive_delay", "dynamic"): "max_queue_delay_us",
+}
+
+
+@dataclass(frozen=True)
+class ControlParams:
+    """Knobs of the online controllers (see docs/control.md for the control laws).
+
+    ``slo``: every ``interval_s`` look at the last ``window_s`` of requests and
+    move the policy's batch cap (continuous: ``max_num_seqs``; chunked prefill:
+    ``max_num_batched_tokens``) inside ``[min_value, max_value]``: cut it by
+    ``decrease`` when the ``percentile`` TPOT nears its target, grow it by
+    ``increase`` when both TTFT and TPOT are comfortably inside. Targets default
+    to the scenario's ``slo``.
+    ``adaptive_delay``: a dynamic batcher's ``max_queue_delay_us`` follows the
+    replica's recent busy fraction, from 0 when idle up to ``max_value``.
+    """
+
+    kind: str = "slo"
+    interval_s: float = 1.0
+    window_s: float = 10.0
+    percentile: float = 90.0
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    min_value: float | None = None
+    max_value: float | None = None
+    decrease: float = 0.8
+    increase: float | None = None
+    margin: float = 0.1
+    busy_floor: float = 0.3
+
+    def __post_init__(self):
+        require(self.kind in KINDS, "kind", f"unknown controller {self.kind!r}; allowed: {', '.join(KINDS)}")
+        require(self.interval_s > 0, "interval_s", "must be > 0")
+        require(self.window_s >= self.interval_s, "window_s", "must be >= interval_s")
+        require(0 < self.percentile < 100, "percentile", "must be in (0, 100)")
+        for name in ("ttft_ms", "tpot_ms", "min_value", "max_value", "increase"):
+            v = getattr(self, name)
+            require(v is None or v > 0, name, "must be > 0")
+        require(0 < self.decrease < 1, "decrease", "must be in (0, 1)")
+        require(0 <= self.margin < 0.5, "margin", "must be in [0, 0.5)")
+        require(0 <= self.busy_floor < 1, "busy_floor", "must be in [0, 1)")
+        if self.min_value is not None and self.max_value is not None:
+            require(self.min_value <= self.max_value, "min_value", "must be <= max_value")
+
+
+def parse_control(spec: dict | None, policy_kind: str, slo: dict, where: str) -> ControlParams | None:
+    """The checked ``control:`` section (None when absent or ``enabled: false``)."""
+    if spec is None:
+        return None
+    spec = dict(spec)
+    if not spec.pop("enabled", True):
+        return None
+    params = parse_params(ControlParams, spec, where)
+    knob = KNOBS.get((params.kind, policy_kind))
+    if knob is None:
+        allowed = ", ".join(f"{k} with {p}" for k, p in KNOBS)
+        raise_where(f"{where}.kind", f"{params.kind!r} cannot drive a {policy_kind} policy; allowed: {allowed}")
+    if params.kind == "slo" and not (params.ttft_ms or params.tpot_ms or slo.get("ttft_ms") or slo.get("tpot_ms")):
+        raise_where(where, "an slo controller needs a TTFT or TPOT target (control.ttft_ms / tpot_ms or slo:)")
+    return params
+
+
+def raise_where(where: str, cause: str):
+    """Raise a one-line user error."""
+    from simbatch.errors import SimbatchError
+
+    raise SimbatchError(where, cause)
