@@ -9,6 +9,10 @@ Two reservation modes:
 - ``paged``: blocks are taken as tokens are computed (vLLM);
 - ``max_length``: prompt + full output is reserved when a request is admitted
   (Orca / FasterTransformer), so a running request never needs another block.
+
+The admission hooks (:meth:`KVCache.match`, :meth:`KVCache.admission_blocks`,
+:meth:`KVCache.claim`, :meth:`KVCache.commit`) do nothing here; the prefix
+cache (:class:`simbatch.prefix_cache.PrefixKVCache`) overrides them.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ def kv_capacity_blocks(*, gpu_memory_bytes: float, weight_bytes: float, kv_bytes
 
 class KVCache:
     """Block accounting for one replica (counts only: which block holds what is not needed yet)."""
+
+    prefix_caching = False  # True in simbatch.prefix_cache.PrefixKVCache
 
     def __init__(self, num_blocks: int, block_size: int = 16, mode: str = "paged"):
         if mode not in KV_MODES:
@@ -77,3 +83,25 @@ class KVCache:
         """Return every block ``seq`` holds."""
         self.num_used -= seq.num_blocks
         seq.num_blocks = 0
+
+    # Admission hooks: a waiting request (no blocks, nothing computed) is matched
+    # against cached prefixes, checked, claimed, and its full blocks committed.
+
+    def match(self, seq: Sequence) -> tuple[int, int]:
+        """For a waiting ``seq``: (tokens of its longest cached prefix it may reuse, blocks of
+        that prefix other requests hold now). No prefix cache: (0, 0)."""
+        return 0, 0
+
+    def admission_blocks(self, seq: Sequence, num_new: int, match: tuple[int, int]) -> int:
+        """Free blocks that admitting waiting ``seq`` for ``num_new`` tokens after its cached
+        prefix would consume (reusing an unreferenced cached block consumes it too)."""
+        hit, held = match
+        if self.mode == "max_length":
+            return max(0, self.blocks_for(seq.max_total_tokens) - held)
+        return max(0, self.blocks_for(hit + num_new) - held)
+
+    def claim(self, seq: Sequence, match: tuple[int, int]) -> None:
+        """Admit ``seq`` onto its cached prefix (``match`` from :meth:`match`)."""
+
+    def commit(self, seq: Sequence, num_tokens: int) -> None:
+        """``seq``'s first ``num_tokens`` tokens are scheduled: share its full blocks among them."""

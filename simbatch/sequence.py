@@ -20,10 +20,11 @@ class Sequence:
         "id", "arrival_s", "prompt_tokens", "output_tokens", "priority",
         "num_tokens", "num_computed", "num_generated", "num_blocks",
         "num_preemptions", "status", "run_first", "run_last", "clock",
+        "prefix", "num_cached_blocks", "num_prefix_hit",
     )
 
     def __init__(self, id: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
-                 priority: int = 0):
+                 priority: int = 0, prefix=None):
         self.id = id
         self.arrival_s = arrival_s
         self.prompt_tokens = prompt_tokens
@@ -38,6 +39,13 @@ class Sequence:
         self.run_first = -1  # current token run (see EventLog), in replica step numbers
         self.run_last = -2
         self.clock = 0  # DecodeGroup clock when the counters above were last settled
+        # What identifies the prompt's content for prefix caching (simbatch.prefix_cache):
+        # a tuple of chained hash-block ids, a session number, or None (nothing shared).
+        self.prefix = prefix
+        # Leading blocks of this request's table that are shared prefix-cache entries
+        # (counted in num_blocks too; the rest of its blocks are private).
+        self.num_cached_blocks = 0
+        self.num_prefix_hit = 0  # tokens reused from the prefix cache at its first admission
 
     @property
     def num_remaining(self) -> int:

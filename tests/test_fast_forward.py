@@ -7,24 +7,30 @@ from hypothesis import strategies as st
 from simbatch.engine.simulation import simulate
 from simbatch.metrics import request_table
 from simbatch.scenario import from_dict
+from prefixkit import shared_prefix_requests
 
 
-def scenario(seed: int, kind: str, mode: str, utilization: float, rate: float, replicas: int):
+def scenario(seed: int, kind: str, mode: str, utilization: float, rate: float, replicas: int,
+             prefix: str | None = None):
     policy = {"static": {"kind": "static", "batch_size": 8, "max_wait_s": 0.2},
               "dynamic": {"kind": "dynamic", "max_batch_size": 8, "preferred_batch_sizes": [4],
                           "max_queue_delay_us": 50_000, "bucket_by_length": True},
               "continuous": {"kind": "continuous", "max_num_seqs": 48},
               "chunked_prefill": {"kind": "chunked_prefill", "max_num_seqs": 48, "chunk_size": 256,
                                   "max_num_batched_tokens": 300}}[kind]
+    workload = {"synthetic": {
+        "num_requests": 150, "arrival": {"kind": "gamma", "rate": rate, "cv": 2.0},
+        "prompt": {"kind": "lognormal", "median": 300, "sigma": 0.8, "max": 1500},
+        "output": {"kind": "lognormal", "median": 60, "sigma": 0.9, "max": 400}}}
+    if prefix:  # prompts sharing prefixes, with prefix caching on
+        workload = {"requests": shared_prefix_requests(seed, rate=rate, hash_block=64, mode=prefix)}
     return from_dict({
-        "workload": {"synthetic": {
-            "num_requests": 150, "arrival": {"kind": "gamma", "rate": rate, "cv": 2.0},
-            "prompt": {"kind": "lognormal", "median": 300, "sigma": 0.8, "max": 1500},
-            "output": {"kind": "lognormal", "median": 60, "sigma": 0.9, "max": 400}}},
+        "workload": workload,
         "model": "llama-2-7b", "hardware": "a100-40gb", "cost_model": {"kind": "roofline"},
         "cluster": {"replicas": replicas},
         # a small KV cache (0.36 x 40 GiB leaves ~1,000 blocks) so that runs end in preemptions too
-        "kv_cache": {"mode": mode, "gpu_memory_utilization": utilization},
+        "kv_cache": {"mode": mode, "gpu_memory_utilization": utilization,
+                     "prefix_caching": prefix is not None, "hash_block_size": 64},
         "policy": policy, "seed": seed,
     })
 
@@ -42,9 +48,10 @@ def per_replica_steps(log):
 @settings(max_examples=16, deadline=None)
 @given(seed=st.integers(0, 10_000), kind=st.sampled_from(["static", "dynamic", "continuous", "chunked_prefill"]),
        mode=st.sampled_from(["paged", "max_length"]), utilization=st.sampled_from([0.36, 0.9]),
-       rate=st.sampled_from([2.0, 20.0]), replicas=st.sampled_from([1, 2]))
-def test_fast_path_equals_step_by_step(seed, kind, mode, utilization, rate, replicas):
-    sc = scenario(seed, kind, mode, utilization, rate, replicas)
+       rate=st.sampled_from([2.0, 20.0]), replicas=st.sampled_from([1, 2]),
+       prefix=st.sampled_from([None, "hash", "session"]))
+def test_fast_path_equals_step_by_step(seed, kind, mode, utilization, rate, replicas, prefix):
+    sc = scenario(seed, kind, mode, utilization, rate, replicas, prefix)
     fast, slow = simulate(sc, fast_forward=True), simulate(sc, fast_forward=False)
     a, b = per_replica_steps(fast.log), per_replica_steps(slow.log)
     for col in a:
@@ -100,3 +107,11 @@ def test_chunked_prefill_under_load_runs_mostly_mixed_steps():
     assert mixed > steps / 4  # the workload does exercise mixed steps
     assert calls["chunks"] >= 0.9 * mixed
     assert calls["schedule"] < steps / 4
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10_000), kind=st.sampled_from(["continuous", "chunked_prefill"]),
+       mode=st.sampled_from(["paged", "max_length"]), utilization=st.sampled_from([0.36, 0.9]),
+       rate=st.sampled_from([2.0, 20.0]), prefix=st.sampled_from(["hash", "session"]))
+def test_fast_path_equals_step_by_step_with_prefix_caching(seed, kind, mode, utilization, rate, prefix):
+    test_fast_path_equals_step_by_step.hypothesis.inner_test(seed, kind, mode, utilization, rate, 1, prefix)

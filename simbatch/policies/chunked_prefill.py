@@ -5,16 +5,18 @@ scheduled first, one token each, so a long prompt never stalls them; what is
 left of the budget goes to prefill chunks of at most ``chunk_size`` tokens —
 first requests whose prefill is under way, then new ones from the queue, while
 ``max_num_seqs`` and KV memory allow. Without an explicit budget the budget is
-``chunk_size`` (Sarathi-Serve's "token budget" is its chunk size).
+``chunk_size`` (Sarathi-Serve's "token budget" is its chunk size). New requests
+come from the queue in ``queue_order`` (:mod:`simbatch.policies.queue_order`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from simbatch.params import require
 from simbatch.plan import StepPlan
 from simbatch.policies.iteration import IterationPolicy
+from simbatch.policies.queue_order import check_queue_params
 from simbatch.sequence import RUNNING, Sequence
 
 
@@ -26,6 +28,12 @@ class ChunkedPrefillParams:
     max_num_batched_tokens: int | None = None
     chunk_size: int = 512
     watermark: float = 0.01
+    # queue order and priorities (simbatch.policies.queue_order)
+    queue_order: str = "fcfs"
+    max_wait_s: float | None = None
+    preempt_lower_priority: bool = False
+    length_buckets: list[int] = field(default_factory=list)
+    lpm_max_queue: int = 128
 
     def __post_init__(self):
         require(self.max_num_seqs >= 1, "max_num_seqs", "must be >= 1")
@@ -34,6 +42,7 @@ class ChunkedPrefillParams:
         if self.max_num_batched_tokens is None:
             object.__setattr__(self, "max_num_batched_tokens", self.chunk_size)
         require(self.max_num_batched_tokens >= 1, "max_num_batched_tokens", "must be >= 1")
+        check_queue_params(self)
 
     @property
     def budget(self) -> int:
@@ -58,6 +67,7 @@ class ChunkedPrefillPolicy(IterationPolicy):
 
     def schedule(self, now: float) -> StepPlan | None:
         budget = self.params.budget
+        self.preempt_for_priority(now)
         decoding, prefilling = [], []
         for seq in self.running:  # seq.is_decoding, inlined: this loop runs every step
             (decoding if seq.num_generated and seq.num_tokens - seq.num_computed == 1 else prefilling).append(seq)
@@ -65,7 +75,7 @@ class ChunkedPrefillPolicy(IterationPolicy):
         # Mid-prefill chunks may preempt, but never a decode already in this plan.
         protected = frozenset(s.id for s, _ in decodes)
         chunks, budget = self.take_running(prefilling, budget, decoding=False, protected=protected)
-        chunks += self.admit_chunks(budget)
+        chunks += self.admit_chunks(budget, now)
         if not decodes and not chunks:
             return None
         slots = decodes + chunks
@@ -78,15 +88,17 @@ class ChunkedPrefillPolicy(IterationPolicy):
 
     def schedule_chunks(self, budget: int, protected) -> list[tuple[Sequence, int]]:
         """The chunk part of :meth:`schedule` when every running decode is already planned
-        (its blocks taken, ``budget`` what they left; ``protected``: their ids)."""
+        (its blocks taken, ``budget`` what they left; ``protected``: their ids). Policies
+        with an age bound or priority preemption never get here (``mixes_chunks`` is off)."""
         chunks, budget = self.take_running(self.prefilling, budget, decoding=False, protected=protected)
         return chunks + self.admit_chunks(budget)
 
     def all_decoding(self) -> bool:
         return not self.prefilling
 
-    def may_admit(self, seq: Sequence, num_new: int, reserve: int = 0) -> bool:
-        if not super().may_admit(seq, num_new, reserve):
+    def may_admit(self, seq: Sequence, num_new: int, reserve: int = 0,
+                  match: tuple[int, int] = (0, 0)) -> bool:
+        if not super().may_admit(seq, num_new, reserve, match):
             return False
         self.prefilling.append(seq)
         return True
@@ -107,15 +119,12 @@ class ChunkedPrefillPolicy(IterationPolicy):
         # ... and only while every decode fits in the step's token budget.
         return len(self.running) <= self.params.budget and super().steady_decode()
 
-    def admission_tokens(self, seq: Sequence) -> int:
+    def prefill_room(self) -> int:
         # What is left of the budget after every running decode's token.
-        return min(seq.num_remaining, self.params.chunk_size, self.params.budget - len(self.running))
+        return self.params.budget - len(self.running)
 
-    def chunk(self, seq: Sequence, budget: int) -> int:
-        """Tokens ``seq`` computes this step: one if decoding, else its next prefill chunk."""
-        if seq.is_decoding:
-            return 1
-        return min(seq.num_remaining, self.params.chunk_size, budget)
+    def admission_tokens(self, seq: Sequence, hit: int = 0) -> int:
+        return min(seq.num_tokens - hit, self.params.chunk_size, self.prefill_room())
 
     def take_running(self, seqs: list[Sequence], budget: int, decoding: bool,
                      protected: frozenset[int] = frozenset()) -> tuple[list[tuple[Sequence, int]], int]:
@@ -131,18 +140,26 @@ class ChunkedPrefillPolicy(IterationPolicy):
             # Only call into the allocator when the tokens overflow the blocks held.
             if seq.num_computed + n > seq.num_blocks * block_size and not self.may_grow(seq, n, protected):
                 continue
+            if not decoding:
+                self.kv.commit(seq, seq.num_computed + n)  # prefix cache: share its full blocks
             taken.append((seq, n))
             budget -= n
         return taken, budget
 
-    def admit_chunks(self, budget: int) -> list[tuple[Sequence, int]]:
-        """First chunks of queued requests, FCFS, while budget, seats and KV last."""
+    def admit_chunks(self, budget: int, now: float | None = None) -> list[tuple[Sequence, int]]:
+        """First chunks of queued requests (after their cached prefix), in queue order,
+        while budget, seats and KV last."""
         taken = []
-        reserve = int(self.params.watermark * self.kv.num_blocks)
+        if not (self.waiting and budget > 0 and len(self.running) < self.params.max_num_seqs):
+            return taken
+        self.order_queue(now)
+        kv = self.kv
+        reserve = int(self.params.watermark * kv.num_blocks)
         while self.waiting and budget > 0 and len(self.running) < self.params.max_num_seqs:
             seq = self.waiting[0]
-            n = self.chunk(seq, budget)
-            if not self.may_admit(seq, n, reserve):
+            match = kv.match(seq)
+            n = min(seq.num_tokens - match[0], self.params.chunk_size, budget)
+            if not self.may_admit(seq, n, reserve, match):
                 break
             taken.append((seq, n))
             budget -= n

@@ -6,16 +6,18 @@ KV blocks. Prefill-first by default (vLLM before chunked prefill): if any
 waiting request can be admitted, the step runs only their whole prompts and the
 running decodes pause for it; otherwise the step decodes every running request.
 ``mix_prefill_decode: true`` runs the new prompts together with the decodes in
-one step (Orca's selective batching) instead.
+one step (Orca's selective batching) instead. The queue's order and priority
+preemption are the ``queue_order`` knobs (:mod:`simbatch.policies.queue_order`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from simbatch.params import require
 from simbatch.plan import StepPlan
 from simbatch.policies.iteration import IterationPolicy
+from simbatch.policies.queue_order import check_queue_params
 from simbatch.sequence import RUNNING, Sequence
 
 
@@ -27,11 +29,18 @@ class ContinuousParams:
     max_num_batched_tokens: int = 8192
     watermark: float = 0.01
     mix_prefill_decode: bool = False
+    # queue order and priorities (simbatch.policies.queue_order)
+    queue_order: str = "fcfs"
+    max_wait_s: float | None = None
+    preempt_lower_priority: bool = False
+    length_buckets: list[int] = field(default_factory=list)
+    lpm_max_queue: int = 128
 
     def __post_init__(self):
         require(self.max_num_seqs >= 1, "max_num_seqs", "must be >= 1")
         require(self.max_num_batched_tokens >= 1, "max_num_batched_tokens", "must be >= 1")
         require(0 <= self.watermark < 1, "watermark", "must be in [0, 1)")
+        check_queue_params(self)
 
 
 class ContinuousPolicy(IterationPolicy):
@@ -47,11 +56,12 @@ class ContinuousPolicy(IterationPolicy):
 
     def schedule(self, now: float) -> StepPlan | None:
         budget = self.params.max_num_batched_tokens
+        self.preempt_for_priority(now)
         if self.params.mix_prefill_decode:
             decodes = self.grow_decodes()
-            prefills = self.admit_prefills(budget - len(decodes))
+            prefills = self.admit_prefills(budget - len(decodes), now)
         else:
-            prefills = self.admit_prefills(budget)
+            prefills = self.admit_prefills(budget, now)
             decodes = [] if prefills else self.grow_decodes()
         if not prefills and not decodes:
             return None
@@ -70,15 +80,20 @@ class ContinuousPolicy(IterationPolicy):
 
     def next_plan_reads_running(self) -> bool:
         # Prefill-first: when the head can be admitted the step is its prompt
-        # alone (admit_prefills uses the same seats, budget and KV checks).
-        return self.params.mix_prefill_decode or not self.waiting or self.head_blocked()
+        # alone (admit_prefills uses the same seats, budget and KV checks). Under
+        # other orders than FCFS the head is known only once schedule() sorts.
+        return (self.params.mix_prefill_decode or not self.waiting or not self.order.is_fcfs
+                or self.head_blocked())
 
-    def admission_tokens(self, seq: Sequence) -> int:
-        # Whole prompts; with mixing, the decodes take one token each of the budget first.
+    def prefill_room(self) -> int:
+        # With mixing the decodes take one token each of the budget first.
         budget = self.params.max_num_batched_tokens
-        if self.params.mix_prefill_decode:
-            budget -= len(self.running)
-        return seq.num_remaining if seq.num_remaining <= budget else 0
+        return budget - len(self.running) if self.params.mix_prefill_decode else budget
+
+    def admission_tokens(self, seq: Sequence, hit: int = 0) -> int:
+        # Whole prompts (what the prefix cache does not hold), within the room left.
+        remaining = seq.num_tokens - hit
+        return remaining if remaining <= self.prefill_room() else 0
 
     def grow_decodes(self) -> list[Sequence]:
         """Every running request, oldest first, with a block for its next token.
@@ -98,14 +113,21 @@ class ContinuousPolicy(IterationPolicy):
                 scheduled.append(seq)
         return scheduled
 
-    def admit_prefills(self, budget: int) -> list[Sequence]:
-        """Admit whole prompts from the queue head while seats, budget and KV (above the watermark) last."""
+    def admit_prefills(self, budget: int, now: float | None = None) -> list[Sequence]:
+        """Admit whole prompts (after their cached prefix) from the queue head, in queue
+        order, while seats, budget and KV (above the watermark) last."""
         admitted: list[Sequence] = []
-        reserve = int(self.params.watermark * self.kv.num_blocks)
+        if not self.waiting or len(self.running) >= self.params.max_num_seqs:
+            return admitted
+        self.order_queue(now)
+        kv = self.kv
+        reserve = int(self.params.watermark * kv.num_blocks)
         while self.waiting and len(self.running) < self.params.max_num_seqs:
             seq = self.waiting[0]
-            if seq.num_remaining > budget or not self.may_admit(seq, seq.num_remaining, reserve):
+            match = kv.match(seq)
+            n = seq.num_tokens - match[0]
+            if n > budget or not self.may_admit(seq, n, reserve, match):
                 break
-            budget -= seq.num_remaining
+            budget -= n
             admitted.append(seq)
         return admitted

@@ -5,12 +5,18 @@ step. KV memory is taken as tokens are computed; when a running request needs a
 block and none is free, the newest running request is preempted by recompute
 (its blocks freed, its computed tokens discarded, back to the *front* of the
 queue) — nano-vllm's and vLLM's idiom.
+
+The queue's order is a separate object (:class:`~simbatch.policies.queue_order.QueueOrder`,
+``queue_order``); admission always takes the front of the queue as that order left it.
+With prefix caching a queued request is admitted onto its longest cached prefix
+(``KVCache.match`` / ``claim``) and computes only the rest.
 """
 
 from __future__ import annotations
 
 from simbatch.plan import StepPlan
 from simbatch.policies.base import Policy
+from simbatch.policies.queue_order import QueueOrder
 from simbatch.sequence import FINISHED, RUNNING, Sequence
 
 
@@ -22,17 +28,47 @@ class IterationPolicy(Policy):
     def __init__(self, params, kv, note=lambda m: None):
         super().__init__(params, kv, note)
         self.running: list[Sequence] = []
+        self.order = QueueOrder(params, kv, note)
+        if self.order.max_wait_s is not None or params.preempt_lower_priority:
+            # The fast path's mixed steps plan chunks without the time or a priority
+            # pass (see schedule_chunks); leave such steps to schedule().
+            self.mixes_chunks = False
 
     def max_request_tokens(self) -> int | None:
         return None
+
+    def add(self, seq: Sequence, now: float) -> None:
+        self.waiting.append(seq)
+        self.order.dirty = True
+
+    def order_queue(self, now: float | None) -> None:
+        """Sort the queue by ``queue_order`` (FCFS: leave it as it is)."""
+        if not self.order.is_fcfs:
+            self.waiting = self.order.sort(self.waiting, now)
 
     def steady_decode(self) -> bool:
         # Everyone decoding and nobody admissible: schedule() would plan all
         # running requests, one token each, in admission order, until a finish
         # frees seats or blocks (or, with an empty queue, until an arrival).
-        if not self.running or (self.waiting and not self.head_blocked()):
-            return False  # cheap checks first: under load the queue usually decides
+        if not self.running:
+            return False
+        if self.waiting:  # cheap checks first: under load the queue usually decides
+            if self.order.is_fcfs:
+                if not self.head_blocked():
+                    return False
+            # Other orders may put an arrival (or a request that just aged) at the head,
+            # so only a block that holds whoever heads the queue keeps the run steady.
+            elif self.params.preempt_lower_priority or not self.blocked_for_all():
+                return False
         return self.all_decoding()
+
+    def blocked_for_all(self) -> bool:
+        """No queued request, whichever, can be admitted before a running one finishes."""
+        return len(self.running) >= self.params.max_num_seqs or self.prefill_room() <= 0
+
+    def prefill_room(self) -> int:
+        """Tokens of this step's budget a newly admitted request may take (before its own limits)."""
+        raise NotImplementedError
 
     def all_decoding(self) -> bool:
         """Every running request has finished its prefill."""
@@ -44,19 +80,41 @@ class IterationPolicy(Policy):
         blocks only shrink while requests decode)."""
         if len(self.running) >= self.params.max_num_seqs:
             return True
-        seq = self.waiting[0]
-        n = self.admission_tokens(seq)
+        seq, kv = self.waiting[0], self.kv
+        match = kv.match(seq)
+        n = self.admission_tokens(seq, match[0])
         if n <= 0:
             return True
-        reserve = int(self.params.watermark * self.kv.num_blocks)
-        return not self.kv.can_allocate(self.kv.blocks_needed(seq, n), reserve)
+        reserve = int(self.params.watermark * kv.num_blocks)
+        return not kv.can_allocate(kv.admission_blocks(seq, n, match), reserve)
 
-    def admission_tokens(self, seq: Sequence) -> int:
-        """Tokens the head would compute if admitted next step (0 or less: no room in the step)."""
+    def admission_tokens(self, seq: Sequence, hit: int = 0) -> int:
+        """Tokens the head would compute if admitted next step onto ``hit`` cached tokens
+        (0 or less: no room in the step)."""
         raise NotImplementedError
+
+    def preempt_for_priority(self, now: float) -> None:
+        """``preempt_lower_priority``: while the queue's head (the most important request)
+        cannot be admitted, preempt the newest running request of the least important
+        class, if that class is less important than the head's (vLLM's priority preemption)."""
+        if not (self.params.preempt_lower_priority and self.waiting and self.running):
+            return
+        self.order_queue(now)
+        head = self.waiting[0]
+        while self.running and self.head_blocked():
+            i = max(range(len(self.running)), key=lambda j: (self.running[j].priority, j))
+            if self.running[i].priority <= head.priority:
+                return
+            self.preempt(self.running.pop(i))
+            self.order_queue(now)  # the victim is less important: it queues behind the head
 
     def on_step_done(self, plan: StepPlan, finished: list[Sequence], now: float) -> None:
         if finished:
+            if self.kv.prefix_caching and len(finished) > 1:
+                # Requests finishing in one step release their cached blocks in id order, so
+                # the LRU order (hence what is evicted) does not depend on how the engine
+                # found them (the fast path finds them in another order).
+                finished = sorted(finished, key=lambda s: s.id)
             for s in finished:
                 self.kv.free(s)
             if len(finished) < 4:  # the usual case: a scan in C per finish beats a rebuild
@@ -92,17 +150,23 @@ class IterationPolicy(Policy):
         raise RuntimeError("no running request can be preempted")
 
     def preempt(self, seq: Sequence) -> None:
-        """Recompute preemption: free ``seq``'s KV and put it at the head of the queue."""
+        """Recompute preemption: free ``seq``'s KV and put it at the head of the queue
+        (other orders than FCFS then sort it among the rest)."""
         self.kv.free(seq)
         seq.reset_for_recompute()
         self.waiting.appendleft(seq)
+        self.order.dirty = True
 
-    def may_admit(self, seq: Sequence, num_new: int, reserve: int = 0) -> bool:
-        """Admit the head of the queue for ``num_new`` tokens if its blocks fit (keeping ``reserve`` spare)."""
-        need = self.kv.blocks_needed(seq, num_new)
-        if not self.kv.can_allocate(need, reserve):
+    def may_admit(self, seq: Sequence, num_new: int, reserve: int = 0,
+                  match: tuple[int, int] = (0, 0)) -> bool:
+        """Admit the head of the queue for ``num_new`` tokens after its cached prefix
+        (``match``, from ``KVCache.match``) if its blocks fit (keeping ``reserve`` spare)."""
+        kv = self.kv
+        if not kv.can_allocate(kv.admission_blocks(seq, num_new, match), reserve):
             return False
-        self.kv.allocate(seq, need)
+        kv.claim(seq, match)
+        kv.allocate(seq, kv.blocks_needed(seq, num_new))
+        kv.commit(seq, seq.num_computed + num_new)
         self.waiting.popleft()
         seq.status = RUNNING
         self.running.append(seq)

@@ -23,6 +23,7 @@ import yaml
 from simbatch.errors import SimbatchError
 from simbatch.executors import Executor, InlineExecutor
 from simbatch.metrics.summary import LATENCY_KEYS, SUMMARY_KEYS
+from simbatch.prefix_cache import PREFIX_CACHE_STATS
 from simbatch.report.outputs import atomic_write, json_safe
 from simbatch.scenario import Scenario, from_dict
 from simbatch.sweep.grid import Grid, Point, expand
@@ -37,6 +38,8 @@ def flatten(summary: dict) -> dict:
     for key in SUMMARY_KEYS:
         if key in LATENCY_KEYS:
             row.update({f"{key}.{stat}": summary[key][stat] for stat in LATENCY_STATS})
+        elif key == "prefix_cache":  # a mapping, or None without prefix caching
+            row.update({f"{key}.{stat}": (summary[key] or {}).get(stat) for stat in PREFIX_CACHE_STATS})
         else:
             row[key] = summary[key]
     return row
