@@ -175,7 +175,8 @@ def test_comparison_table_columns_and_missing():
     t = comparison_table({"fcfs": s, "static": s})
     assert list(t.columns) == ["policy", "completed", "duration_s", "request_throughput", "output_throughput",
                                "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "itl_p99_ms",
-                               "e2el_p50_ms", "e2el_p99_ms", "queue_p50_ms", "goodput", "slo_attainment",
+                               "e2el_p50_ms", "e2el_p99_ms", "queue_p50_ms", "goodput", "gpus", "goodput_per_gpu",
+                               "slo_attainment",
                                "padding_waste_frac", "busy_frac", "mfu", "mbu", "kv_peak_frac", "preemptions"]
     assert t["policy"].tolist() == ["fcfs", "static"]
     assert t["ttft_p99_ms"][0] == approx(24.85) and t["e2el_p50_ms"][1] == approx(35.0)

@@ -14,6 +14,9 @@ def add_arguments(p) -> None:
                    help="comma-separated policy kinds (default: all four; with routers: the scenario's policy)")
     p.add_argument("--routers", default=None,
                    help="comma-separated routers to compare (default: the scenario's cluster.routers, if any)")
+    p.add_argument("--layouts", default=None,
+                   help="comma-separated layouts to compare: colocated,disaggregated "
+                        "(default: the scenario's disaggregation.layouts, if any)")
     p.add_argument("--jobs", type=int, default=None,
                    help="processes to run policies in parallel (default: one per core)")
     p.add_argument("--report", action="store_true",
@@ -43,7 +46,9 @@ def run(args) -> None:
     routers = [r.strip() for r in (args.routers or "").split(",") if r.strip()] or None
     for r in routers or []:
         check_router(r, "--routers")
-    runs, table = compare(scenario, kinds, jobs=args.jobs, routers=routers)
+    layouts = [x.strip() for x in (args.layouts or "").split(",") if x.strip()] or None
+    check_layouts(layouts or [], scenario)
+    runs, table = compare(scenario, kinds, jobs=args.jobs, routers=routers, layouts=layouts)
     for kind, r in runs.items():
         print_notes(r.messages, f"note [{kind}]")
     first = next(iter(runs.values())).summary
@@ -64,3 +69,15 @@ def run(args) -> None:
         for kind, r in runs.items():
             write_trace(r, args.out / kind / "trace.json")
         print(f"wrote {args.out}/<policy>/trace.json for each policy")
+
+
+def check_layouts(layouts: list[str], scenario) -> None:
+    """``--layouts`` names known layouts, and ``disaggregated`` needs a ``disaggregation`` section."""
+    from simbatch.engine.disaggregation.params import LAYOUTS
+    from simbatch.errors import SimbatchError
+
+    for name in layouts:
+        if name not in LAYOUTS:
+            raise SimbatchError("--layouts", f"unknown layout {name!r}; allowed: {', '.join(LAYOUTS)}")
+        if name == "disaggregated" and scenario.disaggregation is None:
+            raise SimbatchError("--layouts", "disaggregated needs a disaggregation: section in the scenario")

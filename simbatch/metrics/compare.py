@@ -1,4 +1,4 @@
-"""Side-by-side comparison of run summaries: one row per policy."""
+"""Side-by-side comparison of run summaries: one row per policy (or router, or layout)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ COMPARISON_COLUMNS = (
     ("e2el_p99_ms", "e2el_ms", "p99"),
     ("queue_p50_ms", "queue_ms", "median"),
     ("goodput", "goodput", None),
+    ("gpus", "hardware", "gpus"),  # GPUs the run used (replicas x TP), so layouts compare per GPU
     ("slo_attainment", "slo_attainment", None),
     ("padding_waste_frac", "padding_waste_frac", None),
     ("busy_frac", "busy_frac", None),
@@ -44,4 +45,7 @@ def comparison_table(summaries: dict[str, dict]) -> pd.DataFrame:
         [policy] + [_value(s, key, stat) for _, key, stat in COMPARISON_COLUMNS]
         for policy, s in summaries.items()
     ]
-    return pd.DataFrame(rows, columns=names)
+    table = pd.DataFrame(rows, columns=names)
+    # Goodput per GPU: what a colocated cluster and a disaggregated one of equal size compare on.
+    table.insert(names.index("gpus") + 1, "goodput_per_gpu", table["goodput"] / table["gpus"])
+    return table

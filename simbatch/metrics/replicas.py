@@ -59,7 +59,10 @@ def replica_summaries(requests: pd.DataFrame, steps: pd.DataFrame, duration: flo
     ``peak_bandwidth`` are per GPU, one number or a list per replica.
     """
     duration = duration or 0.0
-    by_replica_req = requests.groupby("replica").indices
+    by_replica_req = dict(requests.groupby("replica").indices)
+    if "decode_replica" in requests:  # disaggregated: a decode replica's requests are those it decoded
+        decoded = requests.groupby("decode_replica").indices
+        by_replica_req.update({r: rows for r, rows in decoded.items() if r >= 0})
     by_replica_steps = steps.groupby("replica").indices
     empty = np.zeros(0, dtype=np.int64)
     out = []

@@ -174,4 +174,24 @@ def request_table(log: EventLog, workload: Workload) -> pd.DataFrame:
         "itl_mean_ms": itl_mean * 1e3,
         "preemptions": np.asarray(log.num_preemptions, dtype=np.int64),
     }
-    return pd.DataFrame(cols, columns=list(REQUEST_COLUMNS))
+    names = list(REQUEST_COLUMNS)
+    if log.decode_replica is not None:  # a disaggregated run: its handoff columns too
+        cols.update(disaggregation_columns(log))
+        names += DISAGGREGATION_COLUMNS
+    return pd.DataFrame(cols, columns=names)
+
+
+# Request columns a disaggregated run adds (``queue_ms`` is then the prefill queue wait).
+DISAGGREGATION_COLUMNS = ("decode_replica", "transfer_wait_ms", "transfer_ms", "decode_queue_ms", "kv_bytes")
+
+
+def disaggregation_columns(log: EventLog) -> dict[str, np.ndarray]:
+    """Per request of a disaggregated run: its decode replica, how long its KV waited for the
+    link after the first token, the transfer, the wait in the decode queue, the bytes sent."""
+    return {
+        "decode_replica": np.asarray(log.decode_replica, dtype=np.int64),
+        "transfer_wait_ms": (log.transfer_start_s - log.first_token_s) * 1e3,
+        "transfer_ms": (log.transfer_end_s - log.transfer_start_s) * 1e3,
+        "decode_queue_ms": (log.decode_start_s - log.transfer_end_s) * 1e3,
+        "kv_bytes": np.asarray(log.kv_bytes, dtype=np.float64),
+    }

@@ -15,6 +15,7 @@ import pandas as pd
 from simbatch.errors import fail
 from simbatch.eventlog import EventLog
 from simbatch.metrics.requests import itl_pool, request_table, token_runs
+from simbatch.prefix_cache import prefix_cache_summary
 from simbatch.workload.request import Workload
 
 SUMMARY_KEYS = (
@@ -37,6 +38,7 @@ SUMMARY_KEYS = (
     "itl_ms",
     "e2el_ms",
     "queue_ms",
+    "prefix_cache",
 )
 LATENCY_KEYS = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "queue_ms")
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
@@ -210,4 +212,5 @@ def summarize(log: EventLog, workload: Workload, *, slo: dict | None = None, pea
             s[key] = weighted_latency_stats(gaps * 1e3, counts)
         else:
             s[key] = latency_stats(req[key].to_numpy()[done])
+    s["prefix_cache"] = prefix_cache_summary(getattr(log, "prefix_cache", None), workload.prompt_tokens)
     return {k: s[k] for k in SUMMARY_KEYS}

@@ -20,6 +20,8 @@ COMPARISON_VIEW = (
     ("E2EL p99 ms", "e2el_p99_ms", "num"),
     ("queue p50 ms", "queue_p50_ms", "num"),
     ("goodput req/s", "goodput", "num"),
+    ("GPUs", "gpus", "int"),
+    ("goodput/GPU", "goodput_per_gpu", "num"),
     ("SLO %", "slo_attainment", "pct"),
     ("pad %", "padding_waste_frac", "pct"),
     ("busy %", "busy_frac", "pct"),

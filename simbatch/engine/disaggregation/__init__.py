@@ -1,0 +1,8 @@
+"""Prefill/decode disaggregation: a prefill pool, a KV-cache transfer, a decode pool.
+
+``params`` reads the scenario's ``disaggregation:`` section, ``handoff`` holds
+the prefill and decode replicas and the transfer between them, ``build``
+assembles a run. Rules and sources: docs/policies.md, "Prefill/decode
+disaggregation". Submodules are imported where used (``simbatch.scenario``
+imports ``params``; ``build`` imports the engine, which imports the scenario).
+"""

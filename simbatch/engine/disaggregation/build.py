@@ -1,0 +1,177 @@
+"""A disaggregated run: build the two pools, release arrivals to the prefill pool, run.
+
+Replicas are numbered prefill pool first (0..P-1), then decode pool
+(P..P+D-1); the event log, steps and token runs use those numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import simpy
+
+from simbatch.costmodel import build_cost_model
+from simbatch.engine.disaggregation.handoff import DecodeKVCache, DecodeReplica, Handoff, PrefillReplica
+from simbatch.engine.dispatcher import serve_limits
+from simbatch.engine.routers import ROUTER_CLASSES, StepClock
+from simbatch.engine.simulation import (ReplicaGroupSetup, RunResult, flush_unfinished,
+                                        kv_blocks_per_replica)
+from simbatch.errors import SimbatchError
+from simbatch.eventlog import EventLog
+from simbatch.hardware import get_gpu
+from simbatch.kvcache import KVCache
+from simbatch.models import ModelSpec, get_model
+from simbatch.policies import parse_policy
+from simbatch.scenario import Scenario
+from simbatch.sequence import Sequence
+from simbatch.workload import Workload, build_workload
+
+POOLS = ("prefill", "decode")
+
+
+@dataclass
+class PoolSetup(ReplicaGroupSetup):
+    """One pool as built (a replica group with a name and a router)."""
+
+    pool: str = ""
+    router: str = "round_robin"
+
+    def describe(self) -> dict:
+        return {**super().describe(), "pool": self.pool}
+
+
+def pool_field(scenario: Scenario, pool: str, name: str) -> str:
+    """Where pool ``pool``'s ``name`` comes from: its own field, else the top-level one."""
+    if getattr(scenario.disaggregation.pool(pool), name) is not None:
+        return f"disaggregation.{pool}.{name}"
+    return "cluster.tensor_parallel" if name == "tensor_parallel" else name
+
+
+def build_pool(scenario: Scenario, model: ModelSpec, index: int, pool: str) -> PoolSetup:
+    """Pool ``pool``'s GPU, TP degree, cost model, KV capacity and policy, checked."""
+    d, dis = scenario.data, scenario.disaggregation
+    spec = dis.pool(pool)
+    gpu = get_gpu(d["hardware"] if spec.hardware is None else spec.hardware,
+                  scenario.where(pool_field(scenario, pool, "hardware")))
+    tp = spec.tensor_parallel or scenario.cluster.tensor_parallel
+    cost_spec = d.get("cost_model") if spec.cost_model is None else spec.cost_model
+    backend = build_cost_model(cost_spec, model, gpu, tp, scenario.where(pool_field(scenario, pool, "cost_model")),
+                               base_dir=scenario.base_dir)
+    blocks = kv_blocks_per_replica(scenario, model, gpu, tp, pool_field(scenario, pool, "hardware"))
+    policy_cls, params = parse_policy(dis.policy_spec(pool, d["policy"]),
+                                      scenario.where(pool_field(scenario, pool, "policy")))
+    return PoolSetup(index, spec.replicas, gpu, tp, backend, policy_cls, params, blocks,
+                     pool=pool, router=dis.pool_router(pool))
+
+
+def check_pool_fits(workload: Workload, scenario: Scenario, pool: PoolSetup, tokens) -> None:
+    """A request whose KV (``tokens`` per request) can never fit one replica of ``pool`` is a user error."""
+    need = -(-tokens // scenario.kv_cache.block_size)
+    bad = need > pool.kv_blocks
+    if bad.any():
+        i = int(bad.argmax())
+        raise SimbatchError(
+            scenario.where("workload"),
+            f"request {i} needs {int(need[i])} KV blocks on the {pool.pool} pool, whose replicas hold "
+            f"{pool.kv_blocks} ({int(bad.sum())} request(s) too large); set workload.max_total_tokens "
+            f"or use more memory")
+
+
+def build_replicas(env, scenario: Scenario, pools: list[PoolSetup], log: EventLog, seqs: list,
+                   fast_forward: bool) -> tuple[list[list], list]:
+    """Each pool's replicas (own KV cache and policy) and its router."""
+    kv_params = scenario.kv_cache
+    replicas, routers, index = [], [], 0
+    for pool, cls, cache in zip(pools, (PrefillReplica, DecodeReplica), (KVCache, DecodeKVCache)):
+        router_cls = ROUTER_CLASSES[pool.router]
+        members = []
+        for _ in range(pool.count):
+            kv = cache(pool.kv_blocks, kv_params.block_size, kv_params.mode)
+            policy = pool.policy_cls(pool.policy_params, kv, note=log.note)
+            backend = StepClock(pool.backend, env) if router_cls.needs_step_clock else pool.backend
+            members.append(cls(env, index, policy, backend, log, seqs, fast_forward))
+            index += 1
+        replicas.append(members)
+        routers.append(router_cls(members))
+    return replicas, routers
+
+
+def dispatch_prefill(env, workload: Workload, prefill: list, decode_limits: list[float], seqs: list,
+                     log: EventLog, router):
+    """SimPy process: each arrival joins a prefill replica as a one-token request. A request the
+    prefill pool (prompt + 1 token) or the decode pool (prompt + output) cannot serve is rejected."""
+    limits = serve_limits(prefill)
+    arrival, prompt = workload.arrival_s.tolist(), workload.prompt_tokens.tolist()
+    output = workload.output_tokens.tolist()
+    priority = workload.priority.tolist() if workload.priority is not None else [0] * len(arrival)
+    ceiling = max(decode_limits)
+    rejected = 0
+    log.arrival_s[:] = workload.arrival_s
+    for i, t in enumerate(arrival):
+        if t > env.now:
+            yield env.timeout(t - env.now)
+        candidates = [r for r, lim in zip(prefill, limits) if prompt[i] + 1 <= lim]
+        if not candidates or prompt[i] + output[i] > ceiling:
+            rejected += 1
+            continue
+        seq = Sequence(i, t, prompt[i], 1, priority[i])
+        seqs[i] = seq
+        replica = router.pick(seq, candidates if len(candidates) < len(prefill) else prefill, env.now)
+        log.replica[i] = replica.index
+        replica.submit(seq)
+    if rejected:
+        log.note(f"{rejected} request(s) rejected: longer than a prefill replica (prompt + 1 token) or a "
+                 f"decode replica (prompt + output, at most {ceiling} tokens) serves")
+
+
+def link_lanes(prefill: list, decode: list, pools: list[PoolSetup]) -> dict:
+    """Parallel GPU links per (prefill, decode) replica pair: min of the two TP degrees."""
+    lanes = min(pools[0].tensor_parallel, pools[1].tensor_parallel)
+    return {(p.index, d.index): lanes for p in prefill for d in decode}
+
+
+def simulate_disaggregated(scenario: Scenario, fast_forward: bool = True) -> RunResult:
+    """Run ``scenario`` (``scenario.is_disaggregated``) to completion; see the package docstring."""
+    return run_pools(scenario, fast_forward)[0]
+
+
+def run_pools(scenario: Scenario, fast_forward: bool = True) -> tuple[RunResult, list]:
+    """:func:`simulate_disaggregated`, also returning every replica (prefill pool first), as
+    left at the end of the run (tests read their KV caches)."""
+    d, dis = scenario.data, scenario.disaggregation
+    workload = build_workload(d["workload"], base_dir=scenario.base_dir, seed=scenario.seed,
+                              where=scenario.where("workload"))
+    model = get_model(d["model"], scenario.where("model"))
+    pools = [build_pool(scenario, model, i, name) for i, name in enumerate(POOLS)]
+    check_pool_fits(workload, scenario, pools[0], workload.prompt_tokens + 1)
+    check_pool_fits(workload, scenario, pools[1], workload.prompt_tokens + workload.output_tokens)
+    _, params = parse_policy(d["policy"], scenario.where("policy"))
+
+    log = EventLog(len(workload), sum(p.count for p in pools))
+    log.enable_disaggregation()
+    for note in workload.notes:
+        log.note(note)
+    env = simpy.Environment()
+    seqs: list[Sequence | None] = [None] * len(workload)
+    (prefill, decode), (prefill_router, decode_router) = build_replicas(env, scenario, pools, log, seqs,
+                                                                        fast_forward)
+    decode_limits = serve_limits(decode)
+    handoff = Handoff(env, log, seqs, workload.output_tokens.tolist(), decode, decode_router, decode_limits,
+                      dis.link, model.kv_bytes_per_token, link_lanes(prefill, decode, pools))
+    for r in prefill:
+        r.handoff = handoff
+    env.process(dispatch_prefill(env, workload, prefill, decode_limits, seqs, log, prefill_router))
+    env.run()
+    flush_unfinished(seqs, prefill + decode, log)
+    result = RunResult(scenario, workload, log, model, pools[0].gpu, pools[0].backend, params, pools,
+                       disaggregation=describe(dis, pools))
+    return result, prefill + decode
+
+
+def describe(dis, pools: list[PoolSetup]) -> dict:
+    """What the two pools and the link are, for ``summary.json``'s ``disaggregation`` section."""
+    out = {"link": dis.link.describe(), "gpus": sum(p.count * p.tensor_parallel for p in pools)}
+    for p in pools:
+        out[p.pool] = {"replicas": p.count, "tensor_parallel": p.tensor_parallel, "hardware": p.gpu.name,
+                       "policy": p.policy_cls.kind, "router": p.router, "kv_blocks": p.kv_blocks}
+    return out

@@ -1,0 +1,154 @@
+"""The prefill replica, the KV-cache transfer and the decode replica.
+
+A request's life: the prefill pool's router places it on a prefill replica,
+whose policy serves it as a request with a one-token output; that token (the
+first, so TTFT is measured there) hands it to :class:`Handoff`, which picks a
+decode replica (the decode pool's router, at that moment) and sends the
+prompt's KV cache over the prefill replica's link; when the bytes are there,
+the decode replica's queue receives a :class:`Sequence` whose prompt is already
+computed and whose first token is already out, and its policy admits it when
+seats and KV memory allow (the admission allocates the prompt's blocks and
+computes one token, as for any request).
+
+Decisions (docs/policies.md, "Prefill/decode disaggregation"):
+
+- **Link contention.** Each prefill replica has one outgoing link (its GPUs'
+  NICs, used together) and sends one request's KV at a time, first come first
+  served; different prefill replicas send in parallel and a decode replica
+  may receive from several at once. Transfers queue where the bytes leave
+  (Splitwise and DistServe both serialise a prefill instance's sends).
+- **Bytes.** Prompt tokens x the model's KV bytes per token (all layers, K and
+  V): the first output token's KV is computed by the decode replica's first
+  step. A tensor-parallel replica holds 1/TP of it per GPU; the shards travel
+  over min(prefill TP, decode TP) GPU links in parallel.
+- **Memory.** The prefill replica keeps the request's KV blocks until its
+  transfer ends (they are the transfer's source), then frees them. A
+  transferred request waiting in the decode queue holds no decode KV (its
+  blocks are taken at admission, like any request's; where the bytes wait
+  meanwhile, e.g. host memory as in Mooncake's store, is not modelled).
+"""
+
+from __future__ import annotations
+
+import math
+
+from simbatch.engine.replica import Replica
+from simbatch.kvcache import KVCache
+from simbatch.sequence import FINISHED, Sequence
+
+
+class KVHold:
+    """KV blocks a prefill replica keeps for a request after its prefill, until its transfer ends."""
+
+    __slots__ = ("num_blocks",)
+
+    def __init__(self, num_blocks: int):
+        self.num_blocks = num_blocks
+
+
+class PrefillReplica(Replica):
+    """A prefill-pool replica: every request it serves stops at its first token (``output_tokens``
+    1), which it emits (TTFT) and hands to :attr:`handoff` instead of retiring the request."""
+
+    handoff: "Handoff" = None  # set by the builder
+
+    def emit(self, seq: Sequence, step: int, end: float, extends: bool) -> None:
+        seq.run_first = seq.run_last = step  # one token, one run (it never emitted before)
+        self.close_run(seq)
+        self.log.first_token_s[seq.id] = end
+        seq.num_generated = 1
+        seq.status = FINISHED  # the policy retires it; its blocks go to the transfer first
+        self.handoff.prefilled(self, seq, end)
+
+    def release(self, hold: KVHold) -> None:
+        """A transfer ended: free its source blocks and wake the replica if it idles (its queue
+        may have been waiting for them)."""
+        self.policy.kv.free(hold)
+        if not self.wakeup.triggered:
+            self.wakeup.succeed()
+
+
+class DecodeReplica(Replica):
+    """A decode-pool replica: records when each transferred request's first step here starts."""
+
+    def emit(self, seq: Sequence, step: int, end: float, extends: bool) -> None:
+        if seq.num_generated == 1 and math.isnan(self.log.decode_start_s[seq.id]):
+            # Every emit runs right after its step was recorded (postprocess, apply_chunks,
+            # the fast path's finish), so that step is the log's latest row.
+            self.log.decode_start_s[seq.id] = self.log.steps["start_s"][-1]
+        super().emit(seq, step, end, extends)
+
+
+class DecodeKVCache(KVCache):
+    """A decode replica's KV cache. Its queue holds requests whose prompt was computed elsewhere;
+    to the policies' admission (which counts a waiting request's tokens to compute as
+    ``num_tokens`` minus its cached prefix) the transferred prompt is such a prefix: present,
+    held by no other request, so admission takes the blocks for it and computes one token."""
+
+    def match(self, seq: Sequence) -> tuple[int, int]:
+        hit, held = super().match(seq)
+        return max(hit, seq.num_computed), held  # num_computed is 0 after a preemption: recompute
+
+
+def decode_sequence(prefilled: Sequence, output_tokens: int) -> Sequence:
+    """The request as the decode replica receives it: prompt KV computed, first token out."""
+    seq = Sequence(prefilled.id, prefilled.arrival_s, prefilled.prompt_tokens, output_tokens, prefilled.priority)
+    seq.num_computed = prefilled.prompt_tokens
+    seq.num_generated = 1
+    seq.num_tokens = prefilled.prompt_tokens + 1
+    seq.num_preemptions = prefilled.num_preemptions  # preemptions count over both pools
+    return seq
+
+
+class Handoff:
+    """From a finished prefill to the decode queue: routing, link queueing, transfer, release.
+
+    ``decode_limits`` are the decode replicas' :func:`~simbatch.engine.dispatcher.serve_limits`;
+    ``lanes[(p, d)]``: links a transfer from replica ``p`` to ``d`` uses in parallel.
+    """
+
+    def __init__(self, env, log, seqs, output_tokens: list[int], decode: list[DecodeReplica], router,
+                 decode_limits: list[float], link, kv_bytes_per_token: float, lanes):
+        self.env, self.log, self.seqs = env, log, seqs
+        self.output_tokens = output_tokens
+        self.decode, self.router, self.decode_limits = decode, router, decode_limits
+        self.link, self.kv_bytes_per_token, self.lanes = link, kv_bytes_per_token, lanes
+        self.link_free_at: dict[int, float] = {}  # prefill replica index -> when its link is next free
+
+    def prefilled(self, replica: PrefillReplica, seq: Sequence, end: float) -> None:
+        """``seq`` emitted its first token on ``replica`` at ``end``."""
+        rid, log = seq.id, self.log
+        self.seqs[rid] = None  # the prefill replica is done with it
+        output = self.output_tokens[rid]
+        if output == 1:  # nothing left to decode: it finishes here, its blocks freed as usual
+            log.finish_s[rid] = end
+            log.num_emitted[rid] = 1
+            log.num_preemptions[rid] = seq.num_preemptions
+            return
+        hold = KVHold(seq.num_blocks)
+        seq.num_blocks = 0  # the policy's free() of the finished request now frees nothing
+        nxt = decode_sequence(seq, output)
+        target = self.pick_decode(nxt, end)
+        nbytes = seq.prompt_tokens * self.kv_bytes_per_token
+        start = max(end, self.link_free_at.get(replica.index, 0.0))
+        done = start + self.link.transfer_seconds(nbytes, self.lanes[(replica.index, target.index)])
+        self.link_free_at[replica.index] = done
+        log.decode_replica[rid] = target.index
+        log.transfer_start_s[rid], log.transfer_end_s[rid], log.kv_bytes[rid] = start, done, nbytes
+        self.env.process(self.transfer(replica, hold, target, nxt, done))
+
+    def pick_decode(self, seq: Sequence, now: float) -> DecodeReplica:
+        """The decode replica ``seq`` goes to, among those that can serve it (the dispatcher
+        checked that one can)."""
+        total = seq.prompt_tokens + seq.output_tokens
+        candidates = self.decode
+        if any(total > lim for lim in self.decode_limits):
+            candidates = [r for r, lim in zip(self.decode, self.decode_limits) if total <= lim]
+        return self.router.pick(seq, candidates, now)
+
+    def transfer(self, source: PrefillReplica, hold: KVHold, target: DecodeReplica, seq: Sequence, done: float):
+        """SimPy process: wait for the transfer to end, free the source blocks, queue the decode."""
+        yield self.env.timeout(done - self.env.now)
+        source.release(hold)
+        self.seqs[seq.id] = seq
+        target.submit(seq)

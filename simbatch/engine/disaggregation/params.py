@@ -1,0 +1,133 @@
+"""The scenario's ``disaggregation:`` section, checked (see docs/scenarios.md).
+
+```yaml
+disaggregation:
+  prefill: {replicas: 2, tensor_parallel: 1, hardware: h100-sxm, policy: {...}, cost_model: {...}, router: ...}
+  decode:  {replicas: 2, policy: {kind: continuous, max_num_seqs: 256}}
+  link: nvlink | pcie | infiniband | {bandwidth_gbps: 200, latency_us: 5}
+  router: round_robin          # both pools, unless a pool names its own
+  enabled: true                # false: the scenario's `cluster` serves (colocated)
+  layouts: [colocated, disaggregated]   # what `simbatch compare` puts side by side
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from simbatch.engine.routers import ROUTERS
+from simbatch.errors import SimbatchError
+from simbatch.links import Link, get_link
+from simbatch.params import parse_params, require
+from simbatch.policies import parse_policy
+
+LAYOUTS = ("colocated", "disaggregated")
+POOLS = ("prefill", "decode")
+# Pools need iteration-level admission: a padded batch cannot take a request whose
+# prompt is already computed, nor hand one over at its first token.
+POOL_POLICIES = ("continuous", "chunked_prefill")
+
+
+@dataclass(frozen=True)
+class PoolParams:
+    """One pool: ``replicas`` alike replicas; a field left out (None) falls back to the
+    scenario's top level (``hardware``, ``cluster.tensor_parallel``, ``policy``,
+    ``cost_model``, ``disaggregation.router``)."""
+
+    replicas: int = 1
+    tensor_parallel: int | None = None
+    hardware: object = None
+    policy: object = None
+    cost_model: object = None
+    router: str | None = None
+
+    def __post_init__(self):
+        require(self.replicas >= 1, "replicas", "must be >= 1")
+        require(self.tensor_parallel is None or self.tensor_parallel >= 1, "tensor_parallel", "must be >= 1")
+        require(self.policy is None or isinstance(self.policy, dict), "policy",
+                "must be a mapping, e.g. {kind: continuous, max_num_seqs: 64}")
+        require(self.router is None or self.router in ROUTERS, "router",
+                f"unknown router {self.router!r}; allowed: {', '.join(ROUTERS)}")
+
+
+@dataclass(frozen=True)
+class DisaggregationParams:
+    """The checked section; ``prefill`` / ``decode`` are :class:`PoolParams`, ``link`` a :class:`Link`."""
+
+    enabled: bool = True
+    router: str = "round_robin"
+    layouts: list[str] = field(default_factory=list)
+    prefill: PoolParams = field(default_factory=PoolParams)
+    decode: PoolParams = field(default_factory=PoolParams)
+    link: Link | None = None
+
+    def __post_init__(self):
+        require(self.router in ROUTERS, "router", f"unknown router {self.router!r}; allowed: {', '.join(ROUTERS)}")
+        for name in self.layouts:
+            require(name in LAYOUTS, "layouts", f"unknown layout {name!r}; allowed: {', '.join(LAYOUTS)}")
+
+    def pool(self, name: str) -> PoolParams:
+        """``prefill`` or ``decode``."""
+        return getattr(self, name)
+
+    def pool_router(self, name: str) -> str:
+        """The router that spreads requests over pool ``name``."""
+        return self.pool(name).router or self.router
+
+    def policy_spec(self, name: str, base: dict) -> dict:
+        """Pool ``name``'s ``policy:`` section given the scenario's ``base`` one (merged when it
+        names the same kind or none, replaced otherwise, as a replica group's)."""
+        own = self.pool(name).policy
+        if own is None:
+            spec = dict(base)
+        elif own.get("kind", base.get("kind")) == base.get("kind"):
+            spec = {**base, **own}
+        else:
+            spec = dict(own)
+        if name == "decode" and spec.get("kind") == "continuous":
+            # Decision: a transferred request's one token to compute joins the running decodes'
+            # step (vLLM v1 and DistServe decode instances batch them together); prefill-first
+            # would give every arrival a step of its own and pause every decode for it.
+            spec.setdefault("mix_prefill_decode", True)
+        return spec
+
+
+def parse_disaggregation(values, base_policy: dict, source: str) -> DisaggregationParams | None:
+    """Check scenario file ``source``'s ``disaggregation:`` section (None when absent); errors
+    name the file and the field."""
+    where = f"{source}: disaggregation"
+    if values is None:
+        return None
+    if not isinstance(values, dict):
+        raise SimbatchError(where, f"expected a mapping like {{prefill: {{replicas: 1}}, decode: {{replicas: 1}}, "
+                                   f"link: nvlink}}, got {values!r}")
+    values = dict(values)
+    pools = {}
+    for name in POOLS:
+        spec = values.pop(name, None)
+        if spec is not None and not isinstance(spec, dict):
+            raise SimbatchError(f"{where}.{name}", f"expected a mapping like {{replicas: 2}}, got {spec!r}")
+        pools[name] = parse_params(PoolParams, spec, f"{where}.{name}")
+    if "link" not in values:
+        raise SimbatchError(f"{where}.link", "missing (required): a preset (nvlink, pcie, infiniband, ...) "
+                                             "or {bandwidth_gbps, latency_us}")
+    link = get_link(values.pop("link"), f"{where}.link")
+    params = parse_params(DisaggregationParams, values, where)
+    params = DisaggregationParams(params.enabled, params.router, params.layouts, pools["prefill"],
+                                  pools["decode"], link)
+    if params.enabled:
+        check_pool_policies(params, base_policy, source)
+    return params
+
+
+def check_pool_policies(params: DisaggregationParams, base_policy: dict, source: str) -> None:
+    """Each pool's policy parses and is iteration-level; errors name the pool's policy, or the
+    scenario's ``policy`` when the pool inherits it."""
+    for name in POOLS:
+        own = params.pool(name).policy is not None
+        at = f"{source}: disaggregation.{name}.policy" if own else f"{source}: policy"
+        spec = params.policy_spec(name, base_policy)
+        parse_policy(spec, at)
+        if spec.get("kind") not in POOL_POLICIES:
+            raise SimbatchError(f"{at}.kind", f"a disaggregated {name} pool runs {' or '.join(POOL_POLICIES)}, "
+                                              f"not {spec.get('kind')!r}")
