@@ -26,6 +26,7 @@ from simbatch.metrics import (
     steps_table,
     summarize,
 )
+from simbatch.metrics.disaggregation import disaggregation_summary
 from simbatch.report import write_comparison, write_run
 from simbatch.scenario import Scenario, load_scenario
 
@@ -46,9 +47,26 @@ class RunOutput:
         """Remarks the run made (cut batches, rejected requests, sorted traces...)."""
         return self.result.log.messages
 
+    @property
+    def control(self) -> pd.DataFrame:
+        """The online controller's decisions (one row each; empty without a controller)."""
+        from simbatch.control import CONTROL_COLUMNS
+
+        return pd.DataFrame(self.result.log.control_rows, columns=list(CONTROL_COLUMNS))
+
     def write(self, out_dir: str | Path) -> None:
-        """Write ``summary.json``, ``requests.csv``, ``steps.csv`` and ``run.log`` (all or nothing)."""
-        write_run(Path(out_dir), self.summary, self.requests, self.steps, self.messages)
+        """Write ``summary.json``, ``requests.csv``, ``steps.csv`` and ``run.log`` (all or nothing),
+        and with a controller its trajectory, ``control.csv`` and ``control.png``."""
+        extra = {}
+        if self.result.log.control_rows:
+            from simbatch.control.plot import plot_control
+
+            control = self.control
+            targets = {f"{k}": v for k, v in (self.summary.get("slo") or {}).items()
+                       if k in ("ttft_ms", "tpot_ms")}
+            extra = {"control.csv": lambda p: control.to_csv(p, index=False),
+                     "control.png": lambda p: plot_control(control, p, targets)}
+        write_run(Path(out_dir), self.summary, self.requests, self.steps, self.messages, extra)
 
 
 def describe_run(result: RunResult) -> dict:
@@ -61,14 +79,26 @@ def describe_run(result: RunResult) -> dict:
         "policy": {"kind": sc.data["policy"]["kind"], **dataclasses.asdict(result.policy_params)},
         "model": {"name": model.name, "num_params": model.num_params,
                   "kv_bytes_per_token": model.kv_bytes_per_token},
-        "hardware": {"name": gpu.name, "replicas": sc.cluster.replicas,
+        "hardware": {"name": gpu.name, "replicas": len(result.group_of_replica) or sc.cluster.replicas,
                      "tensor_parallel": sc.cluster.tensor_parallel,
+                     "gpus": sum(g.count * g.tensor_parallel for g in result.groups) or None,
                      "kv_blocks_per_replica": result.log.kv_capacity_blocks[0],
                      "kv_block_size": sc.kv_cache.block_size, "kv_mode": sc.kv_cache.mode},
         "cost_model": result.cost_model.describe(),
         "slo": sc.slo.as_dict() or None,
         "workload": {"source": result.workload.source, "num_requests": len(result.workload)},
+        "control": describe_control(result.log.control_rows, sc.data.get("control")),
     }
+
+
+def describe_control(rows: list[dict], spec: dict | None) -> dict | None:
+    """The controller's settings and what its knob did (None without one), for ``summary.json``."""
+    if not rows:
+        return None
+    values = [r["value"] for r in rows]
+    return {**(spec or {}), "knob": rows[0]["knob"], "decisions": len(rows) - 1,
+            "start": values[0], "final": values[-1], "min": min(values), "max": max(values),
+            "mean": sum(values) / len(values)}
 
 
 def run(scenario: Scenario) -> RunOutput:
@@ -82,6 +112,9 @@ def run(scenario: Scenario) -> RunOutput:
     summary.update(describe_run(result))
     summary["replicas"] = replica_summaries(requests, steps, summary["duration_s"], result.replica_info(),
                                             result.peak_flops, result.peak_bandwidth)
+    if result.disaggregation is not None:
+        summary["disaggregation"] = disaggregation_summary(requests, steps, summary["duration_s"],
+                                                           result.disaggregation)
     return RunOutput(result, summary, requests, steps)
 
 
@@ -90,42 +123,52 @@ def run_policy(scenario: Scenario, kind: str) -> RunOutput:
     return run(scenario.with_policy(kind))
 
 
-def run_variant(scenario: Scenario, variant: tuple[str | None, str | None]) -> RunOutput:
-    """``scenario`` under ``(policy kind, router)``; None keeps the scenario's own."""
-    kind, router = variant
+def run_variant(scenario: Scenario, variant: tuple) -> RunOutput:
+    """``scenario`` under ``(policy kind, router[, layout])``; None keeps the scenario's own."""
+    kind, router, *rest = variant
+    layout = rest[0] if rest else None
+    if layout is not None:
+        scenario = scenario.with_layout(layout)
     if router is not None:
         scenario = scenario.with_router(router)
     return run(scenario.with_policy(kind) if kind is not None else scenario)
 
 
-def compare_variants(scenario: Scenario, policies: list[str] | None,
-                     routers: list[str] | None) -> dict[str, tuple[str | None, str | None]]:
-    """Row name -> (policy, router) for :func:`compare`.
+def compare_variants(scenario: Scenario, policies: list[str] | None, routers: list[str] | None,
+                     layouts: list[str] | None = None) -> dict[str, tuple]:
+    """Row name -> (policy, router, layout) for :func:`compare`.
 
-    Without routers (argument or ``cluster.routers``): one row per policy.
-    With them: one row per router under the scenario's own policy, or, when
-    ``policies`` are given too, one per ``policy+router``.
+    Without routers (argument or ``cluster.routers``) or layouts (argument or
+    ``disaggregation.layouts``): one row per policy. With them: one row per
+    router x layout under the scenario's own policy, or, when ``policies`` are
+    given too, one per ``policy+router+layout`` (names join what varies).
     """
     routers = list(routers or scenario.cluster.routers)
-    if not routers:
-        return {k: (k, None) for k in policies or POLICY_ORDER}
-    if not policies:
-        return {r: (None, r) for r in routers}
-    return {f"{k}+{r}": (k, r) for k in policies for r in routers}
+    layouts = list(layouts or scenario.layouts)
+    if not routers and not layouts:
+        return {k: (k, None, None) for k in policies or POLICY_ORDER}
+    variants = {}
+    for k in policies or [None]:
+        for r in routers or [None]:
+            for lay in layouts or [None]:
+                variants["+".join(x for x in (k, r, lay) if x is not None)] = (k, r, lay)
+    return variants
 
 
 def compare(scenario: Scenario, policies: list[str] | None = None, jobs: int | None = None,
-            routers: list[str] | None = None) -> tuple[dict[str, RunOutput], pd.DataFrame]:
+            routers: list[str] | None = None,
+            layouts: list[str] | None = None) -> tuple[dict[str, RunOutput], pd.DataFrame]:
     """Run the same workload under each policy (or router); return the runs and one comparison table.
 
     Each policy takes its parameters from the scenario's ``policies.<kind>``
     section, or from ``policy`` when that is the same kind, else its defaults.
-    Routers (``routers`` or the scenario's ``cluster.routers``) are compared as
-    :func:`compare_variants` says. Runs fan out over ``jobs`` processes (default:
+    Routers (``routers`` or the scenario's ``cluster.routers``) and layouts
+    (``layouts`` or ``disaggregation.layouts``: ``colocated``, ``disaggregated``)
+    are compared as :func:`compare_variants` says. Runs fan out over ``jobs`` processes (default:
     one per core); a run is a function of its scenario and seed, so the results
     do not depend on ``jobs``.
     """
-    variants = compare_variants(scenario, policies, routers)
+    variants = compare_variants(scenario, policies, routers, layouts)
     executor = ProcessExecutor(min(len(variants), jobs or os.cpu_count() or 1))
     try:
         outs = executor.map(partial(run_variant, scenario), list(variants.values()))
@@ -149,9 +192,9 @@ def write_compare(out_dir: str | Path, runs: dict[str, RunOutput], table: pd.Dat
 def validate(scenario: Scenario, device: str = "cpu", policies: list[str] | None = None, **options):
     """Run ``scenario`` on the real torch backend under each policy and compare it with the
     calibrated cost model (needs torch; see docs/validation.md). ``options``: ``profile``,
-    ``dtype``, ``threads``, ``progress``. Returns a :class:`simbatch.validate.runner.Validation`;
-    ``simbatch.validate.write_validation(out_dir, result)`` writes its files."""
-    from simbatch.validate.runner import validate as run_validation
+    ``dtype``, ``threads``, ``progress``. Returns a :class:`simbatch.validation.runner.Validation`;
+    ``simbatch.validation.write_validation(out_dir, result)`` writes its files."""
+    from simbatch.validation.runner import validate as run_validation
 
     return run_validation(scenario, device, policies, **options)
 

@@ -58,6 +58,28 @@ class EventLog:
         self.run_last = array("q")
         self.kv_capacity_blocks = [0] * num_replicas
         self.messages: list[str] = []  # notable things said during the run
+        self.prefix_cache = None  # PrefixCacheStats when kv_cache.prefix_caching is on (simbatch.prefix_cache)
+        self.control_rows: list[dict] = []  # online controllers' decisions (simbatch.control)
+        # Prefill/decode disaggregation only (None otherwise; see enable_disaggregation).
+        self.decode_replica: np.ndarray | None = None
+        self.transfer_start_s: np.ndarray | None = None
+        self.transfer_end_s: np.ndarray | None = None
+        self.decode_start_s: np.ndarray | None = None
+        self.kv_bytes: np.ndarray | None = None
+
+    def enable_disaggregation(self) -> None:
+        """Add the per-request arrays of a disaggregated run. ``replica`` then names the prefill
+        replica (where the first token, hence TTFT, comes from) and ``decode_replica`` the
+        decode replica (-1: none, e.g. a one-token request); ``transfer_start_s`` /
+        ``transfer_end_s`` bound its KV transfer (which starts when the link is free, after
+        the prefill); ``decode_start_s`` is the start of the first decode-replica step that
+        computed it; ``kv_bytes`` the bytes sent."""
+        n = self.num_requests
+        self.decode_replica = np.full(n, -1, dtype=np.int64)
+        self.transfer_start_s = np.full(n, np.nan)
+        self.transfer_end_s = np.full(n, np.nan)
+        self.decode_start_s = np.full(n, np.nan)
+        self.kv_bytes = np.zeros(n)
 
     def record_step(self, **values) -> int:
         """Append one step (all :attr:`STEP_COLUMNS`); return its number on its replica."""

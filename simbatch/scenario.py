@@ -13,13 +13,14 @@ from pathlib import Path
 
 import yaml
 
+from simbatch.engine.disaggregation.params import DisaggregationParams, parse_disaggregation
 from simbatch.engine.routers import ROUTERS
 from simbatch.errors import SimbatchError
 from simbatch.params import parse_params, require
 from simbatch.policies import parse_policy
 
 TOP_LEVEL = ("name", "description", "workload", "model", "hardware", "cluster", "policy",
-             "policies", "cost_model", "kv_cache", "slo", "seed", "sweep")
+             "policies", "cost_model", "kv_cache", "slo", "seed", "sweep", "control", "disaggregation")
 
 
 GROUP_FIELDS = ("hardware", "tensor_parallel", "policy", "cost_model")  # a group may override these
@@ -121,9 +122,12 @@ class KVCacheParams:
     block_size: int = 16
     mode: str = "paged"
     gpu_memory_utilization: float = 0.9
+    prefix_caching: bool = False  # share cached prompt prefixes (simbatch.prefix_cache)
+    hash_block_size: int = 512  # tokens per trace hash_id (Mooncake: 512)
 
     def __post_init__(self):
         require(self.block_size >= 1, "block_size", "must be >= 1")
+        require(self.hash_block_size >= 1, "hash_block_size", "must be >= 1")
         require(self.mode in ("paged", "max_length"), "mode",
                 f"unknown mode {self.mode!r}; allowed: paged, max_length")
         require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", "must be in (0, 1]")
@@ -157,6 +161,17 @@ class Scenario:
     cluster: ClusterParams = field(default_factory=ClusterParams)
     kv_cache: KVCacheParams = field(default_factory=KVCacheParams)
     slo: SLOParams = field(default_factory=SLOParams)
+    disaggregation: DisaggregationParams | None = None  # None: no such section
+
+    @property
+    def is_disaggregated(self) -> bool:
+        """True when a prefill pool and a decode pool serve (the section is present and enabled)."""
+        return self.disaggregation is not None and self.disaggregation.enabled
+
+    @property
+    def layouts(self) -> list[str]:
+        """Layouts ``simbatch compare`` puts side by side (``disaggregation.layouts``; empty: none)."""
+        return list(self.disaggregation.layouts) if self.disaggregation is not None else []
 
     @property
     def name(self) -> str:
@@ -185,12 +200,30 @@ class Scenario:
             if isinstance(group, dict) and isinstance(group.get("policy"), dict) \
                     and group["policy"].get("kind", old) != kind:
                 del group["policy"]
+        control = data.get("control")
+        if isinstance(control, dict):  # a controller that cannot drive this policy is dropped
+            from simbatch.control import KNOBS
+
+            if (control.get("kind", "slo"), kind) not in KNOBS:
+                del data["control"]
+        for name in ("prefill", "decode"):  # a disaggregated pool's own policy: the same rule
+            pool = (data.get("disaggregation") or {}).get(name)
+            if isinstance(pool, dict) and isinstance(pool.get("policy"), dict) \
+                    and pool["policy"].get("kind", old) != kind:
+                del pool["policy"]
         return from_dict(data, self.source, self.base_dir)
 
     def with_router(self, router: str) -> "Scenario":
         """The same scenario with ``cluster.router`` set to ``router``."""
         data = copy.deepcopy(self.data)
         data["cluster"] = {**(data.get("cluster") or {}), "router": router}
+        return from_dict(data, self.source, self.base_dir)
+
+    def with_layout(self, layout: str) -> "Scenario":
+        """The same scenario served ``colocated`` (by ``cluster``) or ``disaggregated`` (by the
+        ``disaggregation`` pools): sets ``disaggregation.enabled``."""
+        data = copy.deepcopy(self.data)
+        data["disaggregation"] = {**(data.get("disaggregation") or {}), "enabled": layout == "disaggregated"}
         return from_dict(data, self.source, self.base_dir)
 
 
@@ -261,6 +294,10 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
     seed = data.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise SimbatchError(f"{source}: seed", f"expected a non-negative integer, got {seed!r}")
+    if data.get("control") is not None:  # checked against the policy it will drive
+        from simbatch.control import parse_control
+
+        parse_control(data["control"], data["policy"].get("kind"), data.get("slo") or {}, f"{source}: control")
     cluster = parse_cluster(data.get("cluster"), f"{source}: cluster")
     if cluster.is_grouped:
         for i, group in enumerate(cluster.groups):
@@ -271,6 +308,7 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
         cluster=cluster,
         kv_cache=parse_params(KVCacheParams, data.get("kv_cache"), f"{source}: kv_cache"),
         slo=parse_params(SLOParams, data.get("slo"), f"{source}: slo"),
+        disaggregation=parse_disaggregation(data.get("disaggregation"), data["policy"], source),
     )
 
 

@@ -6,6 +6,7 @@ import simpy
 
 from simbatch.engine.routers import RoundRobinRouter, Router
 from simbatch.eventlog import EventLog
+from simbatch.prefix_cache import prefix_labels
 from simbatch.sequence import Sequence
 from simbatch.workload import Workload
 
@@ -50,6 +51,7 @@ def dispatch(env: simpy.Environment, workload: Workload, replicas: list, seqs: l
     output = workload.output_tokens.tolist()
     priority = workload.priority.tolist() if workload.priority is not None else [0] * len(arrival)
     limits = serve_limits(replicas)
+    labels = prefix_labels(workload, replicas, log)  # None unless a replica caches prefixes
     floor, ceiling = min(limits), max(limits)  # every replica serves up to floor; none beyond ceiling
     pick = router.pick
     rejected = 0
@@ -64,7 +66,7 @@ def dispatch(env: simpy.Environment, workload: Workload, replicas: list, seqs: l
                 rejected += 1
                 continue
             candidates = [r for r, lim in zip(replicas, limits) if total <= lim]
-        seq = Sequence(i, t, prompt[i], output[i], priority[i])
+        seq = Sequence(i, t, prompt[i], output[i], priority[i], labels[i] if labels else None)
         seqs[i] = seq
         replica = pick(seq, candidates, env.now)
         log.replica[i] = replica.index

@@ -38,18 +38,20 @@ def padded_run(replica):
     slots, n = len(batch.seqs), len(live)
     step0, decoded0 = log.replica_num_steps[replica.index], batch.num_decodes_done
     used = policy.kv.num_used  # reserved up front: constant through the batch
-    for done in range(limit):
+    done = 0
+    while done < limit:
         # the padded context PaddedBatch.next_plan would use for this decode step
         cost = cost_of(slots, n, batch.max_prompt + decoded0 + done)
         start, waiting = env.now, policy.num_waiting
         yield env.timeout(cost.seconds)
-        log.record_step(replica=replica.index, start_s=start, duration_s=cost.seconds, num_seqs=n,
-                        num_slots=slots, prefill_tokens=0, decode_tokens=n, padded_tokens=slots - n,
-                        kv_used_blocks=used, num_waiting=waiting, useful_flops=cost.useful_flops,
-                        useful_bytes=cost.useful_bytes)
-    batch.num_decodes_done += limit
-    advance(replica, live, step0, limit)
-    return limit
+        log.append_step(replica.index, start, cost.seconds, n, slots, 0, n, slots - n, used, waiting,
+                        cost.useful_flops, cost.useful_bytes)
+        done += 1
+        if env.now >= replica.control_at:
+            break  # a controller may turn a knob at this boundary
+    batch.num_decodes_done += done
+    advance(replica, live, step0, done)
+    return done
 
 
 def decode_run(replica):
@@ -81,6 +83,8 @@ def decode_run(replica):
         if group.next_finish() == group.clock:
             finish(replica, step)
             break
+        if env.now >= replica.control_at:
+            break  # a controller may turn a knob at this boundary
     return done
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import simpy
 
+from simbatch.control import control_tick
 from simbatch.costmodel.base import CostModel
 from simbatch.engine.decode_group import DecodeGroup
 from simbatch.engine.fast_forward import mixed_step, steady_run
@@ -37,6 +38,12 @@ class Replica:
         self.prev_decode = -1  # this replica's latest step that ran decodes
         # running requests advanced lazily by steady decode runs (see DecodeGroup)
         self.group = DecodeGroup(policy.kv.block_size, policy.kv.mode == "paged")
+        # An online controller (simbatch.control), if any: consulted at the first step
+        # boundary at or after control_at; window collects the latencies it watches.
+        self.controller = None
+        self.control_at = float("inf")
+        self.control_interval = 0.0
+        self.window = None
         log.kv_capacity_blocks[index] = policy.kv.num_blocks
         self.process = env.process(self.run())
 
@@ -50,6 +57,8 @@ class Replica:
         """The engine loop: schedule, run, postprocess; sleep when there is nothing to do."""
         env, policy = self.env, self.policy
         while True:
+            if env.now >= self.control_at:
+                control_tick(self, env.now)
             if self.fast_forward:
                 if policy.steady_decode():
                     if (yield from steady_run(self)):
@@ -80,13 +89,10 @@ class Replica:
     def postprocess(self, plan: StepPlan, start: float, cost, num_waiting: int) -> list[Sequence]:
         """Apply a finished step: computed tokens, emitted tokens, finished requests, the log."""
         log, end = self.log, self.env.now
-        step = log.record_step(
-            replica=self.index, start_s=start, duration_s=cost.seconds,
-            num_seqs=plan.num_seqs, num_slots=plan.num_slots,
-            prefill_tokens=plan.num_prefill_tokens, decode_tokens=plan.num_decode_tokens,
-            padded_tokens=plan.num_padded_tokens, kv_used_blocks=self.policy.kv.num_used,
-            num_waiting=num_waiting, useful_flops=cost.useful_flops, useful_bytes=cost.useful_bytes,
-        )
+        step = log.append_step(
+            self.index, start, cost.seconds, plan.num_seqs, plan.num_slots, plan.num_prefill_tokens,
+            plan.num_decode_tokens, plan.num_padded_tokens, self.policy.kv.num_used, num_waiting,
+            cost.useful_flops, cost.useful_bytes)
         finished = []
         seqs, first_scheduled = self.seqs, log.first_scheduled_s
         # A decode-slot token extends its request's token run when no decode step
@@ -98,7 +104,7 @@ class Replica:
             if rid < 0:
                 continue
             seq = seqs[rid]
-            if seq.num_computed == 0 and seq.num_preemptions == 0 and seq.num_generated == 0:
+            if seq.num_computed == seq.num_prefix_hit and seq.num_preemptions == 0 and seq.num_generated == 0:
                 first_scheduled[rid] = start
             seq.num_computed += n
             if seq.num_computed == seq.num_tokens:
@@ -124,7 +130,7 @@ class Replica:
         finished = []
         first_scheduled = self.log.first_scheduled_s
         for seq, n in chunks:
-            if seq.num_computed == 0 and seq.num_preemptions == 0 and seq.num_generated == 0:
+            if seq.num_computed == seq.num_prefix_hit and seq.num_preemptions == 0 and seq.num_generated == 0:
                 first_scheduled[seq.id] = start
             seq.num_computed += n
             if seq.num_computed == seq.num_tokens:
@@ -143,6 +149,8 @@ class Replica:
             seq.run_first = seq.run_last = step
         if seq.num_generated == 0:
             self.log.first_token_s[seq.id] = end
+            if self.window is not None:
+                self.window.first_token(end, seq.arrival_s)
         seq.num_generated += 1
         if seq.num_generated == seq.output_tokens:
             seq.status = FINISHED

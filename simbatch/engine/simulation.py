@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from simbatch.control import attach_controller
 from simbatch.costmodel import build_cost_model
 from simbatch.errors import SimbatchError
 from simbatch.eventlog import EventLog
@@ -13,9 +14,10 @@ from simbatch.engine.dispatcher import dispatch
 from simbatch.engine.replica import Replica
 from simbatch.engine.routers import ROUTER_CLASSES, StepClock
 from simbatch.hardware import GPUSpec, get_gpu
-from simbatch.kvcache import KVCache, kv_capacity_blocks
+from simbatch.kvcache import kv_capacity_blocks
 from simbatch.models import ModelSpec, get_model
 from simbatch.policies import parse_policy
+from simbatch.prefix_cache import build_kv_cache
 from simbatch.scenario import Scenario
 from simbatch.sequence import FINISHED, Sequence
 from simbatch.workload import Workload, build_workload
@@ -57,6 +59,7 @@ class RunResult:
     cost_model: object
     policy_params: object
     groups: list[ReplicaGroupSetup] = field(default_factory=list)
+    disaggregation: dict | None = None  # the pools and link of a disaggregated run (else None)
 
     @property
     def group_of_replica(self) -> list[ReplicaGroupSetup]:
@@ -168,11 +171,13 @@ def build_replicas(env: simpy.Environment, scenario: Scenario, groups: list[Repl
     replicas = []
     for group in groups:
         for _ in range(group.count):
-            kv = KVCache(group.kv_blocks, kv_params.block_size, kv_params.mode)
+            kv = build_kv_cache(group.kv_blocks, kv_params, group.policy_cls, log)
             policy = group.policy_cls(group.policy_params, kv, note=log.note)
             # Only a router that reads the step in flight pays for the clock's extra call per step.
             backend = StepClock(group.backend, env) if router_cls.needs_step_clock else group.backend
             replicas.append(Replica(env, len(replicas), policy, backend, log, seqs, fast_forward))
+            attach_controller(replicas[-1], scenario.data.get("control"), scenario.slo.as_dict(),
+                              scenario.where("control"))
     return replicas, router_cls(replicas)
 
 
@@ -182,6 +187,10 @@ def simulate(scenario: Scenario, fast_forward: bool = True) -> RunResult:
     ``fast_forward=False`` takes every step through the policy (the reference
     the fast path is tested against; results are identical).
     """
+    if scenario.is_disaggregated:  # imported here: that module builds on this one
+        from simbatch.engine.disaggregation.build import simulate_disaggregated
+
+        return simulate_disaggregated(scenario, fast_forward)
     d = scenario.data
     workload = build_workload(d["workload"], base_dir=scenario.base_dir, seed=scenario.seed,
                               where=scenario.where("workload"))
@@ -214,7 +223,10 @@ def flush_unfinished(seqs: list[Sequence | None], replicas: list[Replica], log: 
         unfinished += 1
         log.num_emitted[seq.id] = seq.num_generated
         log.num_preemptions[seq.id] = seq.num_preemptions
-        if log.replica[seq.id] >= 0:
-            replicas[log.replica[seq.id]].close_run(seq)
+        where = log.replica[seq.id]
+        if log.decode_replica is not None and log.decode_replica[seq.id] >= 0:
+            where = log.decode_replica[seq.id]  # a disaggregated request past its transfer
+        if where >= 0:
+            replicas[where].close_run(seq)
     if unfinished:
         log.note(f"{unfinished} request(s) did not finish")
