@@ -124,9 +124,10 @@ def run_policy(scenario: Scenario, kind: str) -> RunOutput:
 
 
 def run_variant(scenario: Scenario, variant: tuple) -> RunOutput:
-    """``scenario`` under ``(policy kind, router[, layout])``; None keeps the scenario's own."""
-    kind, router, *rest = variant
-    layout = rest[0] if rest else None
+    """``scenario`` under ``(policy kind, router, layout, named variant)``; None keeps the scenario's own."""
+    kind, router, layout, name = (tuple(variant) + (None, None))[:4]
+    if name is not None:
+        scenario = scenario.with_variant(name)
     if layout is not None:
         scenario = scenario.with_layout(layout)
     if router is not None:
@@ -135,46 +136,52 @@ def run_variant(scenario: Scenario, variant: tuple) -> RunOutput:
 
 
 def compare_variants(scenario: Scenario, policies: list[str] | None, routers: list[str] | None,
-                     layouts: list[str] | None = None) -> dict[str, tuple]:
-    """Row name -> (policy, router, layout) for :func:`compare`.
+                     layouts: list[str] | None = None,
+                     variants: list[str] | None = None) -> dict[str, tuple]:
+    """Row name -> (policy, router, layout, named variant) for :func:`compare`.
 
-    Without routers (argument or ``cluster.routers``) or layouts (argument or
-    ``disaggregation.layouts``): one row per policy. With them: one row per
-    router x layout under the scenario's own policy, or, when ``policies`` are
-    given too, one per ``policy+router+layout`` (names join what varies).
+    Without routers (argument or ``cluster.routers``), layouts (argument or
+    ``disaggregation.layouts``) or named variants (argument or the scenario's
+    ``variants``): one row per policy. With them: one row per router x layout x
+    variant under the scenario's own policy, or, when ``policies`` are given
+    too, one per ``policy+router+layout+variant`` (names join what varies).
     """
     routers = list(routers or scenario.cluster.routers)
     layouts = list(layouts or scenario.layouts)
-    if not routers and not layouts:
-        return {k: (k, None, None) for k in policies or POLICY_ORDER}
-    variants = {}
+    named = list(variants or scenario.variants)
+    if not routers and not layouts and not named:
+        return {k: (k, None, None, None) for k in policies or POLICY_ORDER}
+    rows = {}
     for k in policies or [None]:
         for r in routers or [None]:
             for lay in layouts or [None]:
-                variants["+".join(x for x in (k, r, lay) if x is not None)] = (k, r, lay)
-    return variants
+                for v in named or [None]:
+                    rows["+".join(x for x in (k, r, lay, v) if x is not None)] = (k, r, lay, v)
+    return rows
 
 
 def compare(scenario: Scenario, policies: list[str] | None = None, jobs: int | None = None,
-            routers: list[str] | None = None,
-            layouts: list[str] | None = None) -> tuple[dict[str, RunOutput], pd.DataFrame]:
-    """Run the same workload under each policy (or router); return the runs and one comparison table.
+            routers: list[str] | None = None, layouts: list[str] | None = None,
+            variants: list[str] | None = None) -> tuple[dict[str, RunOutput], pd.DataFrame]:
+    """Run the same workload under each policy (or router, layout, named variant); return the
+    runs and one comparison table.
 
     Each policy takes its parameters from the scenario's ``policies.<kind>``
     section, or from ``policy`` when that is the same kind, else its defaults.
-    Routers (``routers`` or the scenario's ``cluster.routers``) and layouts
+    Routers (``routers`` or the scenario's ``cluster.routers``), layouts
     (``layouts`` or ``disaggregation.layouts``: ``colocated``, ``disaggregated``)
-    are compared as :func:`compare_variants` says. Runs fan out over ``jobs`` processes (default:
-    one per core); a run is a function of its scenario and seed, so the results
-    do not depend on ``jobs``.
+    and named variants (``variants`` or the scenario's ``variants:``) are
+    compared as :func:`compare_variants` says. Runs fan out over ``jobs``
+    processes (default: one per core); a run is a function of its scenario and
+    seed, so the results do not depend on ``jobs``.
     """
-    variants = compare_variants(scenario, policies, routers, layouts)
-    executor = ProcessExecutor(min(len(variants), jobs or os.cpu_count() or 1))
+    rows = compare_variants(scenario, policies, routers, layouts, variants)
+    executor = ProcessExecutor(min(len(rows), jobs or os.cpu_count() or 1))
     try:
-        outs = executor.map(partial(run_variant, scenario), list(variants.values()))
+        outs = executor.map(partial(run_variant, scenario), list(rows.values()))
     finally:
         executor.close()
-    runs = dict(zip(variants, outs))
+    runs = dict(zip(rows, outs))
     return runs, comparison_table({k: r.summary for k, r in runs.items()})
 
 

@@ -20,7 +20,8 @@ from simbatch.params import parse_params, require
 from simbatch.policies import parse_policy
 
 TOP_LEVEL = ("name", "description", "workload", "model", "hardware", "cluster", "policy",
-             "policies", "cost_model", "kv_cache", "slo", "seed", "sweep", "control", "disaggregation")
+             "policies", "cost_model", "kv_cache", "slo", "seed", "sweep", "control", "disaggregation",
+             "variants")
 
 
 GROUP_FIELDS = ("hardware", "tensor_parallel", "policy", "cost_model")  # a group may override these
@@ -219,6 +220,21 @@ class Scenario:
         data["cluster"] = {**(data.get("cluster") or {}), "router": router}
         return from_dict(data, self.source, self.base_dir)
 
+    @property
+    def variants(self) -> list[str]:
+        """Names of the scenario's ``variants`` (see :mod:`simbatch.variants`; empty: none)."""
+        return list(self.data.get("variants") or {})
+
+    def with_variant(self, name: str) -> "Scenario":
+        """The scenario with variant ``name``'s fields applied (and no variants of its own)."""
+        from simbatch.variants import variant_data
+
+        overrides = (self.data.get("variants") or {}).get(name)
+        if overrides is None:
+            raise SimbatchError(self.where("variants"), f"no variant {name!r}; defined: {', '.join(self.variants)}")
+        return from_dict(variant_data(self.data, overrides, self.where(f"variants.{name}")),
+                         self.source, self.base_dir)
+
     def with_layout(self, layout: str) -> "Scenario":
         """The same scenario served ``colocated`` (by ``cluster``) or ``disaggregated`` (by the
         ``disaggregation`` pools): sets ``disaggregation.enabled``."""
@@ -303,6 +319,10 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
         for i, group in enumerate(cluster.groups):
             if group.policy is not None:
                 parse_policy(group.policy_spec(data["policy"]), f"{source}: cluster.replicas[{i}].policy")
+    if data.get("variants") is not None:
+        from simbatch.variants import check_variants
+
+        check_variants(data, source)
     return Scenario(
         data=data, source=source, base_dir=Path(base_dir or "."),
         cluster=cluster,

@@ -17,6 +17,8 @@ def add_arguments(p) -> None:
     p.add_argument("--layouts", default=None,
                    help="comma-separated layouts to compare: colocated,disaggregated "
                         "(default: the scenario's disaggregation.layouts, if any)")
+    p.add_argument("--variants", default=None,
+                   help="comma-separated named variants to compare (default: all of the scenario's variants:)")
     p.add_argument("--jobs", type=int, default=None,
                    help="processes to run policies in parallel (default: one per core)")
     p.add_argument("--report", action="store_true",
@@ -48,7 +50,14 @@ def run(args) -> None:
         check_router(r, "--routers")
     layouts = [x.strip() for x in (args.layouts or "").split(",") if x.strip()] or None
     check_layouts(layouts or [], scenario)
-    runs, table = compare(scenario, kinds, jobs=args.jobs, routers=routers, layouts=layouts)
+    named = [x.strip() for x in (args.variants or "").split(",") if x.strip()] or None
+    for name in named or []:
+        if name not in scenario.variants:
+            from simbatch.errors import SimbatchError
+
+            raise SimbatchError("--variants", f"no variant {name!r} in the scenario; defined: "
+                                              f"{', '.join(scenario.variants) or 'none'}")
+    runs, table = compare(scenario, kinds, jobs=args.jobs, routers=routers, layouts=layouts, variants=named)
     for kind, r in runs.items():
         print_notes(r.messages, f"note [{kind}]")
     first = next(iter(runs.values())).summary

@@ -28,6 +28,7 @@ COMPARISON_COLUMNS = (
     ("mbu", "mbu", None),
     ("kv_peak_frac", "kv_peak_frac", None),
     ("preemptions", "preemptions", None),
+    ("prefix_hit_frac", "prefix_cache", "token_hit_rate"),  # NaN without a prefix cache
 )
 
 

@@ -29,7 +29,10 @@ COMPARISON_VIEW = (
     ("MBU %", "mbu", "pct"),
     ("KV peak %", "kv_peak_frac", "pct"),
     ("preempt", "preemptions", "int"),
+    ("prefix hit %", "prefix_hit_frac", "pct"),
 )
+# Columns shown only when some row has a value (a feature most runs do not use).
+OPTIONAL_VIEW = {"prefix_hit_frac"}
 LATENCY_ROWS = (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"), ("E2EL", "e2el_ms"), ("queue", "queue_ms"))
 
 
@@ -83,10 +86,12 @@ def render(headers: list[str], rows: list[list[str]], markdown: bool = False) ->
 
 
 def _comparison_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    headers = ["policy"] + [h for h, _, _ in COMPARISON_VIEW]
+    view = [(h, col, k) for h, col, k in COMPARISON_VIEW
+            if col not in OPTIONAL_VIEW or (col in table and table[col].notna().any())]
+    headers = ["policy"] + [h for h, _, _ in view]
     rows = []
     for rec in table.to_dict("records"):
-        rows.append([str(rec["policy"])] + [_FORMATS[k](rec.get(col)) for _, col, k in COMPARISON_VIEW])
+        rows.append([str(rec["policy"])] + [_FORMATS[k](rec.get(col)) for _, col, k in view])
     return headers, rows
 
 

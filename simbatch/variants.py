@@ -1,0 +1,55 @@
+"""Named variants of a scenario, for ``simbatch compare``: the same workload under a few
+field settings side by side (with and without a prefix cache, a controller, a knob...).
+
+```yaml
+variants:
+  cache: {kv_cache.prefix_caching: true}
+  no_cache: {kv_cache.prefix_caching: false}
+```
+
+Each variant is a mapping of dotted fields (as ``--set`` takes them) to values,
+applied on top of the scenario. Every variant is checked when the scenario is
+loaded, so a typo fails before anything runs, naming the variant and the field.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from simbatch.errors import SimbatchError
+
+
+def variant_data(data: dict, overrides: dict, label: str) -> dict:
+    """``data`` (without its ``variants``) with the dotted ``overrides`` applied."""
+    from simbatch.scenario import set_dotted
+
+    out = copy.deepcopy({k: v for k, v in data.items() if k != "variants"})
+    for key, value in overrides.items():
+        if key == "policy.kind" and (out.get("policy") or {}).get("kind") != value:
+            out["policy"] = {}  # as --set does: another kind starts from its own defaults
+        set_dotted(out, str(key), value, f"{label}.{key}")
+    return out
+
+
+def check_variants(data: dict, source: str) -> dict[str, dict]:
+    """The scenario's ``variants`` (name -> overrides), each checked as a whole scenario."""
+    from simbatch.scenario import from_dict
+
+    spec = data.get("variants")
+    if spec is None:
+        return {}
+    where = f"{source}: variants"
+    if not isinstance(spec, dict) or not spec:
+        raise SimbatchError(where, "expected a mapping of names to {dotted.field: value} mappings")
+    for name, overrides in spec.items():
+        here = f"{where}.{name}"
+        if not isinstance(overrides, dict):
+            raise SimbatchError(here, "expected a mapping of dotted fields to values, e.g. {kv_cache.prefix_caching: false}")
+        if "variants" in overrides or any(str(k).startswith("variants.") for k in overrides):
+            raise SimbatchError(here, "a variant cannot define variants")
+        try:
+            from_dict(variant_data(data, overrides, here), source)
+        except SimbatchError as exc:
+            cause = exc.where.removeprefix(f"{source}: ")
+            raise SimbatchError(here, f"{cause}: {exc.cause}") from None
+    return {str(k): dict(v) for k, v in spec.items()}
