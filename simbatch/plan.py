@@ -29,6 +29,7 @@ class StepPlan:
     num_context_tokens: list[int]
     num_pad_tokens: list[int] | None = None  # None: no padding in this step
     num_decode_slots: int = 0
+    num_streams: int = 1  # 2: decodes and prefill chunks on separate streams (see micro_batches)
 
     def __post_init__(self) -> None:
         n = len(self.request_ids)
@@ -38,6 +39,8 @@ class StepPlan:
             raise ValueError("StepPlan num_pad_tokens differs in length")
         if not 0 <= self.num_decode_slots <= n:
             raise ValueError("StepPlan num_decode_slots out of range")
+        if self.num_streams not in (1, 2):
+            raise ValueError("StepPlan num_streams must be 1 or 2")
 
     @property
     def num_slots(self) -> int:
@@ -74,3 +77,24 @@ class StepPlan:
         if self.num_pad_tokens is None:
             return list(self.num_new_tokens)
         return [n + p for n, p in zip(self.num_new_tokens, self.num_pad_tokens)]
+
+    def micro_batches(self) -> list["StepPlan"]:
+        """The step as the micro-batches issued on separate streams.
+
+        With ``num_streams == 2`` a step that holds both decodes and prefill
+        chunks is split by phase: the memory-bound decodes on one stream, the
+        compute-bound chunks on the other, so each hides the other's bottleneck
+        (NanoFlow's nano-batching; the seeds' "continuous scheduling"). A step of
+        one phase stays whole: splitting it would only read the weights twice.
+        """
+        d, n = self.num_decode_slots, self.num_slots
+        if self.num_streams == 1 or not 0 < d < n:
+            return [self]
+        return [self.slice(0, d), self.slice(d, n)]
+
+    def slice(self, start: int, stop: int) -> "StepPlan":
+        """Slots ``start:stop`` as a one-stream plan of their own."""
+        pad = self.num_pad_tokens
+        return StepPlan(self.request_ids[start:stop], self.num_new_tokens[start:stop],
+                        self.num_context_tokens[start:stop], None if pad is None else pad[start:stop],
+                        max(0, min(self.num_decode_slots, stop) - start))

@@ -73,8 +73,47 @@ class PricedByWork:
 
     def step_cost(self, plan: StepPlan) -> StepCost:
         """Seconds for one step, split by part; useful FLOPs/bytes exclude padding."""
+        if plan.num_streams > 1:
+            return self.streams_cost(plan)
         work, kept, live = plan_work(plan)
         return self.price(work, kept, live)
+
+    def bounds(self, work: tuple) -> tuple[float, float]:
+        """(compute-bound, memory-bound) seconds of the GPU kernels of ``work``, summed over
+        kernels (what overlapping streams can share); models without one raise."""
+        raise NotImplementedError(f"{type(self).__name__} cannot price overlapping streams")
+
+    def streams_cost(self, plan: StepPlan) -> StepCost:
+        """A step issued as micro-batches on separate streams (``plan.micro_batches()``).
+
+        Streams share the GPU's compute and its memory bandwidth, so the kernels
+        of all micro-batches together take at least the larger of their summed
+        compute time and their summed memory time, and never less than the
+        slowest micro-batch alone: ``max(sum C, sum M, max T_i)``, where ``T_i``
+        is micro-batch ``i`` priced on its own. Every micro-batch reads the
+        weights again, so splitting a batch that is already memory-bound costs
+        time; overlapping a memory-bound decode with a compute-bound prefill
+        saves it. All-reduces and the step overhead do not overlap.
+        """
+        parts = [(plan_work(m), m) for m in plan.micro_batches()]
+        costs = [self.price(*pw) for pw, _ in parts]
+        compute = memory = 0.0
+        for (work, _, _), _ in parts:
+            c, m = self.bounds(work)
+            compute, memory = compute + c, memory + m
+        fixed = ("allreduce", "overhead")
+        own = [sum(v for k, v in c.breakdown.items() if k not in fixed) for c in costs]
+        overlapped = max(compute, memory, max(own))
+        bd: dict[str, float] = {}
+        for c in costs:
+            for k, v in c.breakdown.items():
+                bd[k] = bd.get(k, 0.0) + v
+        live = sum(pw[2] for pw, _ in parts)
+        over = self.price((0, 0, (0, 0, 0), (0, 0, 0)), (0, 0, (0, 0, 0), (0, 0, 0)), live)
+        bd["overhead"] = over.breakdown["overhead"]  # once per step, not per micro-batch
+        bd["stream_overlap"] = overlapped - sum(own)  # <= 0: time the streams hide
+        return StepCost(sum(bd.values()), bd, sum(c.useful_flops for c in costs),
+                        sum(c.useful_bytes for c in costs))
 
     def decode_cost(self, num_seqs: int, context_sum: int) -> StepCost:
         """:meth:`step_cost` of ``num_seqs`` unpadded decode slots whose contexts sum to ``context_sum``."""
@@ -167,6 +206,22 @@ class RooflineCostModel(PricedByWork):
         }
         flops, nbytes = self._counts(kept)
         return StepCost(sum(bd.values()), bd, flops, nbytes)
+
+    def bounds(self, work: tuple) -> tuple[float, float]:
+        tokens, rows, dec, pre = work
+        c = m = 0.0
+        if tokens:
+            tiled = -(-tokens // self._tile) * self._tile if self._tile > 1 else tokens
+            c += tiled * self._lin_flops_tok * self._lin_inv_flops
+            m += (self._lin_weight_bytes + tokens * self._lin_act_tok) * self._inv_bw
+        if rows:
+            c += rows * self._lm_flops_row * self._lin_inv_flops
+            m += (self._lm_weight_bytes + rows * self._lm_act_row) * self._inv_bw
+        for pairs, kv_tokens, q_tokens in (pre, dec):
+            if q_tokens:
+                c += pairs * self._attn_flops_pair * self._attn_inv_flops
+                m += (kv_tokens * self._attn_kv_tok + q_tokens * self._attn_q_tok) * self._attn_inv_bw
+        return c, m
 
     def _linear_seconds(self, tokens: int) -> float:
         """QKV/O/MLP GEMMs of all layers over ``tokens`` rows."""

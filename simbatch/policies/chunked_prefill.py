@@ -28,6 +28,8 @@ class ChunkedPrefillParams:
     max_num_batched_tokens: int | None = None
     chunk_size: int = 512
     watermark: float = 0.01
+    # 2: a step's decodes and prefill chunks on separate streams (StepPlan.micro_batches)
+    streams: int = 1
     # queue order and priorities (simbatch.policies.queue_order)
     queue_order: str = "fcfs"
     max_wait_s: float | None = None
@@ -37,6 +39,7 @@ class ChunkedPrefillParams:
 
     def __post_init__(self):
         require(self.max_num_seqs >= 1, "max_num_seqs", "must be >= 1")
+        require(self.streams in (1, 2), "streams", "must be 1 or 2")
         require(self.chunk_size >= 1, "chunk_size", "must be >= 1")
         require(0 <= self.watermark < 1, "watermark", "must be in [0, 1)")
         if self.max_num_batched_tokens is None:
@@ -84,6 +87,7 @@ class ChunkedPrefillPolicy(IterationPolicy):
             num_new_tokens=[n for _, n in slots],
             num_context_tokens=[s.num_computed for s, _ in slots],
             num_decode_slots=len(decodes),
+            num_streams=self.params.streams,
         )
 
     def schedule_chunks(self, budget: int, protected) -> list[tuple[Sequence, int]]:

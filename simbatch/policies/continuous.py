@@ -29,6 +29,8 @@ class ContinuousParams:
     max_num_batched_tokens: int = 8192
     watermark: float = 0.01
     mix_prefill_decode: bool = False
+    # 2: a step's decodes and prefill chunks on separate streams (StepPlan.micro_batches)
+    streams: int = 1
     # queue order and priorities (simbatch.policies.queue_order)
     queue_order: str = "fcfs"
     max_wait_s: float | None = None
@@ -38,6 +40,7 @@ class ContinuousParams:
 
     def __post_init__(self):
         require(self.max_num_seqs >= 1, "max_num_seqs", "must be >= 1")
+        require(self.streams in (1, 2), "streams", "must be 1 or 2")
         require(self.max_num_batched_tokens >= 1, "max_num_batched_tokens", "must be >= 1")
         require(0 <= self.watermark < 1, "watermark", "must be in [0, 1)")
         check_queue_params(self)
@@ -71,6 +74,7 @@ class ContinuousPolicy(IterationPolicy):
             num_new_tokens=[1] * len(decodes) + [s.num_remaining for s in prefills],
             num_context_tokens=[s.num_computed for s in slots],
             num_decode_slots=len(decodes),
+            num_streams=self.params.streams,
         )
 
     def all_decoding(self) -> bool:
