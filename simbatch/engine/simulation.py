@@ -8,11 +8,11 @@ import simpy
 
 from simbatch.control import attach_controller
 from simbatch.costmodel import build_cost_model
-from simbatch.errors import SimbatchError
-from simbatch.eventlog import EventLog
 from simbatch.engine.dispatcher import dispatch
 from simbatch.engine.replica import Replica
 from simbatch.engine.routers import ROUTER_CLASSES, StepClock
+from simbatch.errors import SimbatchError
+from simbatch.eventlog import EventLog
 from simbatch.hardware import GPUSpec, get_gpu
 from simbatch.kvcache import kv_capacity_blocks
 from simbatch.models import ModelSpec, get_model
@@ -132,13 +132,18 @@ def group_field(scenario: Scenario, i: int, name: str) -> str:
 
 def group_backend(scenario: Scenario, model: ModelSpec, i: int) -> tuple[GPUSpec, int, object]:
     """Group ``i``'s GPU, TP degree and cost model (its own fields, else the scenario's)."""
-    d, group = scenario.data, scenario.cluster.groups[i]
-    gpu = get_gpu(d["hardware"] if group.hardware is None else group.hardware,
-                  scenario.where(group_field(scenario, i, "hardware")))
-    tp = group.tensor_parallel or scenario.cluster.tensor_parallel
-    spec = d.get("cost_model") if group.cost_model is None else group.cost_model
-    backend = build_cost_model(spec, model, gpu, tp, scenario.where(group_field(scenario, i, "cost_model")),
-                               base_dir=scenario.base_dir)
+    return replica_backend(scenario, model, scenario.cluster.groups[i], lambda f: group_field(scenario, i, f))
+
+
+def replica_backend(scenario: Scenario, model: ModelSpec, own, field) -> tuple[GPUSpec, int, object]:
+    """GPU, TP degree and cost model of replicas whose spec ``own`` may set ``hardware``,
+    ``tensor_parallel`` and ``cost_model`` (None: the scenario's); ``field(name)`` is the
+    dotted field an error about ``name`` points at (a group's, a pool's)."""
+    d = scenario.data
+    gpu = get_gpu(d["hardware"] if own.hardware is None else own.hardware, scenario.where(field("hardware")))
+    tp = own.tensor_parallel or scenario.cluster.tensor_parallel
+    spec = d.get("cost_model") if own.cost_model is None else own.cost_model
+    backend = build_cost_model(spec, model, gpu, tp, scenario.where(field("cost_model")), base_dir=scenario.base_dir)
     return gpu, tp, backend
 
 

@@ -10,15 +10,23 @@ from dataclasses import dataclass
 
 import simpy
 
-from simbatch.costmodel import build_cost_model
-from simbatch.engine.disaggregation.handoff import DecodeKVCache, DecodeReplica, Handoff, PrefillReplica
+from simbatch.engine.disaggregation.handoff import (
+    DecodeKVCache,
+    DecodeReplica,
+    Handoff,
+    PrefillReplica,
+)
 from simbatch.engine.dispatcher import serve_limits
 from simbatch.engine.routers import ROUTER_CLASSES, StepClock
-from simbatch.engine.simulation import (ReplicaGroupSetup, RunResult, flush_unfinished,
-                                        kv_blocks_per_replica)
+from simbatch.engine.simulation import (
+    ReplicaGroupSetup,
+    RunResult,
+    flush_unfinished,
+    kv_blocks_per_replica,
+    replica_backend,
+)
 from simbatch.errors import SimbatchError
 from simbatch.eventlog import EventLog
-from simbatch.hardware import get_gpu
 from simbatch.kvcache import KVCache
 from simbatch.models import ModelSpec, get_model
 from simbatch.policies import parse_policy
@@ -50,17 +58,11 @@ def pool_field(scenario: Scenario, pool: str, name: str) -> str:
 def build_pool(scenario: Scenario, model: ModelSpec, index: int, pool: str) -> PoolSetup:
     """Pool ``pool``'s GPU, TP degree, cost model, KV capacity and policy, checked."""
     d, dis = scenario.data, scenario.disaggregation
-    spec = dis.pool(pool)
-    gpu = get_gpu(d["hardware"] if spec.hardware is None else spec.hardware,
-                  scenario.where(pool_field(scenario, pool, "hardware")))
-    tp = spec.tensor_parallel or scenario.cluster.tensor_parallel
-    cost_spec = d.get("cost_model") if spec.cost_model is None else spec.cost_model
-    backend = build_cost_model(cost_spec, model, gpu, tp, scenario.where(pool_field(scenario, pool, "cost_model")),
-                               base_dir=scenario.base_dir)
+    gpu, tp, backend = replica_backend(scenario, model, dis.pool(pool), lambda f: pool_field(scenario, pool, f))
     blocks = kv_blocks_per_replica(scenario, model, gpu, tp, pool_field(scenario, pool, "hardware"))
     policy_cls, params = parse_policy(dis.policy_spec(pool, d["policy"]),
                                       scenario.where(pool_field(scenario, pool, "policy")))
-    return PoolSetup(index, spec.replicas, gpu, tp, backend, policy_cls, params, blocks,
+    return PoolSetup(index, dis.pool(pool).replicas, gpu, tp, backend, policy_cls, params, blocks,
                      pool=pool, router=dis.pool_router(pool))
 
 
