@@ -1,4 +1,4 @@
-"""Write the classroom notebooks (01-05) without outputs.
+"""Write the classroom notebooks (01-06) without outputs.
 
 Run from anywhere: ``python notebooks/_make_notebooks.py``. The notebooks are
 generated from the cell texts in ``notebooks/_cells/`` so that they can be

@@ -18,12 +18,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 NB_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NB_DIR.glob("*.ipynb"))
-CELL_TIMEOUT_S = 300  # per cell; each notebook takes well under a minute on two cores
+CELL_TIMEOUT_S = 300  # per cell; each notebook takes well under a minute on two cores (notebook 6's
+                      # validation cell runs a real model in wall-clock time, about 20 s, when torch is installed)
 IDS = [p.stem for p in NOTEBOOKS]
 
 
 def test_there_are_notebooks():
-    assert len(NOTEBOOKS) >= 5, f"expected the classroom notebooks in {NB_DIR}"
+    assert len(NOTEBOOKS) >= 6, f"expected the classroom notebooks in {NB_DIR}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)

@@ -11,16 +11,21 @@ CELLS = [
 - Why "requests per second per GPU" is not the same as "dollars per request": a faster GPU can be the cheaper one.
 - How many replicas a **target rate** needs, and why simulating the replicas beats multiplying one GPU's rate.
 - How sensitive the answer is to the SLO you promise.
+- Whether splitting the same GPUs into a **prefill pool and a decode pool** (disaggregation) serves more
+  goodput per GPU than colocated batching, and why the split ratio and the link matter.
+- What a **prefix cache** (reusing the KV of shared prompt prefixes) buys on real multi-turn traffic.
 
 The tool is simbatch's capacity search (`docs/capacity.md`): for each candidate it brackets and bisects the
 workload's rate scale for the highest rate at which every SLO holds for every seed *and* the system keeps up.
 '''),
 ("code", r'''
+import tempfile
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import yaml
 from IPython.display import display
 
 from simbatch import load_scenario, run
@@ -193,17 +198,230 @@ The maximum rate grows as the TPOT target loosens, until the TTFT target becomes
 from there on, a looser TPOT buys nothing. Every SLO has a binding constraint; find it before you negotiate.
 '''),
 ("md", r'''
-## Coming later: disaggregation and prefix caching
+## Disaggregation: one pool or two?
 
-Two more what-ifs belong in this notebook and will be added when simbatch supports them:
+So far every GPU ran the whole request: its prefill and all its decode steps. **Disaggregated serving**
+(DistServe, Splitwise, NVIDIA Dynamo) splits the GPUs into a *prefill pool* and a *decode pool*: a prefill GPU
+computes the prompt and the first token, then sends the prompt's KV cache over a link to a decode GPU, which
+generates the rest. Decodes are then never stalled by someone else's long prompt, at the price of a KV transfer
+and of pools that must be sized for the traffic (docs/policies.md, "Prefill/decode disaggregation").
 
-- **Disaggregated serving** (prefill and decode on separate GPU pools, as in Splitwise and DistServe): how many
-  prefill GPUs per decode GPU, and whether splitting them beats chunked prefill for a given SLO.
-- **Prefix caching** (reusing the KV cache of shared prompt prefixes, e.g. a common system prompt or a
-  conversation's history, as in the Mooncake trace): how much prefill it saves, and how many fewer GPUs that means.
+`scenarios/disaggregated.yaml`: chat traffic (Azure-conversation lengths) on **four A100-80GB GPUs** serving
+Llama-2-7B, SLO **TTFT <= 500 ms and TPOT <= 25 ms**. With the GPU count fixed at four, we compare colocated
+continuous batching and chunked prefill (four replicas behind a round-robin router) with three splits of the
+same four GPUs (prefill + decode = 1+3, 2+2, 3+1, NVLink between them), at rising arrival rates.
+Goodput per GPU (requests per second that met the SLO, divided by four) is the fair score.
+'''),
+("code", r'''
+DISAGG = ["workload.synthetic.num_requests=500"]
+LAYOUTS = {  # name -> overrides of scenarios/disaggregated.yaml; all use four A100s
+    "colocated, continuous": ["disaggregation.enabled=false"],
+    "colocated, chunked prefill": ["disaggregation.enabled=false", "policy.kind=chunked_prefill",
+                                   "policy.max_num_seqs=256", "policy.chunk_size=512"],
+    "split 1 prefill + 3 decode": ["disaggregation.prefill.replicas=1", "disaggregation.decode.replicas=3"],
+    "split 2 prefill + 2 decode": ["disaggregation.prefill.replicas=2", "disaggregation.decode.replicas=2"],
+    "split 3 prefill + 1 decode": ["disaggregation.prefill.replicas=3", "disaggregation.decode.replicas=1"],
+}
+RATES = [4, 8, 12, 16, 20]  # req/s offered to the four GPUs
+grid = [(name, rate) for name in LAYOUTS for rate in RATES]
+scenarios = [load_scenario(SCEN / "disaggregated.yaml", DISAGG + [f"workload.synthetic.arrival.rate={rate}"] + LAYOUTS[name])
+             for name, rate in grid]
+executor = make_executor("process", 2)
+try:
+    outs = executor.map(run, scenarios)
+finally:
+    executor.close()
 
-simbatch does not model either today (replicas are identical and requests share no KV), so this notebook
-makes no claim about them.
+rows = []
+for (name, rate), out in zip(grid, outs):
+    s = out.summary
+    gpus = s["hardware"]["gpus"]
+    rows.append({"layout": name, "rate (req/s)": rate, "GPUs": gpus, "goodput/GPU": s["goodput"] / gpus,
+                 "SLO %": 100 * s["slo_attainment"], "TTFT p99 (ms)": s["ttft_ms"]["p99"],
+                 "TPOT p99 (ms)": s["tpot_ms"]["p99"], "ITL p99 (ms)": s["itl_ms"]["p99"]})
+dis = pd.DataFrame(rows)
+display(dis.pivot(index="layout", columns="rate (req/s)", values="goodput/GPU").loc[list(LAYOUTS)]
+        .style.format("{:.2f}").set_caption("goodput per GPU (req/s) at each offered rate, four A100s"))
+'''),
+("code", r'''
+styles = {"colocated, continuous": ("#0072B2", "o-"), "colocated, chunked prefill": ("#009E73", "o-"),
+          "split 1 prefill + 3 decode": ("#D55E00", "s--"), "split 2 prefill + 2 decode": ("#CC79A7", "s--"),
+          "split 3 prefill + 1 decode": ("#E69F00", "s--")}
+fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+panels = [("goodput/GPU", "goodput per GPU (req/s within the SLO)", "Goodput per GPU, four A100s", None),
+          ("TTFT p99 (ms)", "TTFT p99 (ms)", "Time to first token", 500),
+          ("ITL p99 (ms)", "inter-token latency p99 (ms)", "Decode stalls: inter-token latency", None)]
+for ax, (col, ylabel, title, limit) in zip(axes, panels):
+    for name, d in dis.groupby("layout", sort=False):
+        color, style = styles[name]
+        ax.plot(d["rate (req/s)"], d[col], style, color=color, label=name)
+    if limit:
+        ax.axhline(limit, color="black", linestyle=":", label=f"SLO: {limit} ms")
+    if col != "goodput/GPU":
+        ax.set_yscale("log")
+    ax.set(xlabel="offered rate (req/s)", ylabel=ylabel, title=title)
+    ax.grid(True, which="both", alpha=0.3)
+axes[0].legend(fontsize=8)
+axes[1].legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+'''),
+("md", r'''
+**Reading the results.**
+
+- **The split ratio matters more than the decision to split.** This chat traffic has ~760-token prompts and
+  ~150-token outputs: most of the GPU time goes to decode steps. Three prefill GPUs and one decode GPU starve the
+  decode side (TPOT, not TTFT, fails), one prefill GPU for three decode GPUs queues the prompts (TTFT fails).
+- **Disaggregation removes decode stalls** (right): in a decode pool no step carries a prompt, so the p99
+  inter-token latency stays near the decode step time, where colocated continuous batching stalls every
+  running request for each arriving prompt. Chunked prefill gets much of the same benefit without a transfer.
+- At this SLO and on these four GPUs, colocated chunked prefill serves the most goodput per GPU; the best split
+  (2+2) matches it at low rates and falls behind as TTFT on its two prefill GPUs grows. The disaggregation papers report wins when TTFT and TPOT targets are both
+  tight and the pools can be sized (and scaled) separately: try the questions at the end.
+
+### Does the link matter?
+
+The prefill GPU keeps a request's KV blocks until the transfer ends, and each prefill replica sends one
+request's KV at a time. 1,000 Llama-2-7B tokens are about 0.5 GB of KV. The 2+2 split at 12 req/s, over
+NVLink, a PCIe-class link (25 GB/s, also InfiniBand HDR's figure) and two Ethernet links:
+'''),
+("code", r'''
+LINKS = {"NVLink 3 (300 GB/s)": "nvlink", "PCIe 4 / IB HDR (25 GB/s)": "pcie",
+         "100 Gb Ethernet (12.5 GB/s)": "{bandwidth_gbps: 100, latency_us: 10}",
+         "25 Gb Ethernet (3.1 GB/s)": "{bandwidth_gbps: 25, latency_us: 10}"}
+rows = []
+for name, link in LINKS.items():
+    s = run(load_scenario(SCEN / "disaggregated.yaml", DISAGG + ["workload.synthetic.arrival.rate=12",
+                                                                 f"disaggregation.link={link}"])).summary
+    d = s["disaggregation"]
+    rows.append({"link": name, "transfer p50 (ms)": d["transfer_ms"]["median"], "transfer p99 (ms)": d["transfer_ms"]["p99"],
+                 "wait for link p99 (ms)": d["transfer_wait_ms"]["p99"], "TPOT p99 (ms)": s["tpot_ms"]["p99"],
+                 "E2EL p50 (ms)": s["e2el_ms"]["median"], "goodput/GPU": s["goodput"] / d["gpus"]})
+display(pd.DataFrame(rows).set_index("link").style.format("{:.1f}").format("{:.2f}", subset=["goodput/GPU"])
+        .set_caption("2 prefill + 2 decode A100s, 12 req/s: the KV transfer over different links"))
+'''),
+("md", r'''
+TTFT does not see the link (the first token leaves the prefill GPU), but every later token waits for the
+transfer, so it lands in TPOT and end-to-end latency. Over NVLink the transfer is a millisecond or two; over a
+25 Gb/s network a long prompt's KV takes longer than its prefill, transfers queue behind each other on the
+prefill GPU's link, and the SLO collapses. Disaggregation across machines needs a fast network.
+
+## Prefix caching: how much does reusing shared prefixes buy?
+
+In a multi-turn chat, each turn's prompt starts with the previous turns; many apps also put the same system
+prompt in front of every request. With **prefix caching** (vLLM's automatic prefix caching, SGLang's
+RadixAttention) the KV blocks of a prompt prefix already in the cache are reused, so only the rest is
+prefilled: less compute per request, shorter TTFT (docs/policies.md, "Prefix caching").
+
+The Mooncake (Kimi) conversation trace records, for each request, the hashes of its 512-token prompt blocks,
+so it says exactly which prefixes repeat. `scenarios/prefix_cache.yaml` replays it on Llama-3-70B over one
+8x H200 node (TP8), SLO **TTFT <= 10 s and TPOT <= 150 ms** (its prompts average 12k tokens). We use the first
+5 minutes of the trace, scaled to several arrival rates, with and without the cache. If the trace is not beside
+the repository (`../shared/traces/`), a hand-built stand-in takes its place: multi-turn conversations sharing a
+two-block system prompt, as inline requests with `hash_ids`.
+'''),
+("code", r'''
+TRACE = ROOT.parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
+
+
+def shared_prefix_requests(num_conversations: int = 80, seed: int = 0, block: int = 512) -> list[dict]:
+    """Multi-turn conversations that all start with the same 2-block system prompt, as inline requests.
+
+    Each turn's prompt is the conversation so far (earlier prompts and outputs) plus a new message.
+    ``hash_ids`` name its 512-token blocks as Mooncake's do: equal ids, equal content. Full blocks of the
+    history keep their ids; the partly filled last block is new content, so it gets a fresh id.
+    """
+    rng = np.random.default_rng(seed)
+    system = [0, 1]
+    requests, starts = [], np.cumsum(rng.exponential(2.5, num_conversations))
+    for c in range(num_conversations):
+        context, t = len(system) * block, starts[c]
+        for _ in range(rng.integers(1, 7)):
+            prompt = context + int(rng.lognormal(np.log(1500), 0.8))
+            output = int(np.clip(rng.lognormal(np.log(300), 0.6), 8, 1500))
+            ids = system + [1000 * (c + 1) + j for j in range(len(system), prompt // block)]
+            if prompt % block:
+                ids.append(10**7 + len(requests))
+            requests.append({"arrival_s": round(float(t), 3), "prompt": prompt, "output": output, "hash_ids": ids})
+            context, t = prompt + output, t + rng.exponential(40)  # the user reads, then types the next turn
+    return sorted(requests, key=lambda r: r["arrival_s"])
+
+
+if TRACE.is_file():
+    PC_PATH, PC_BASE, SCALES = SCEN / "prefix_cache.yaml", ["workload.window=[0,300]"], [0.2, 0.3, 0.4, 0.5, 0.6, 0.8]
+    print(f"replaying the Mooncake conversation trace ({TRACE.name}), first 300 s")
+else:
+    spec = yaml.safe_load((SCEN / "prefix_cache.yaml").read_text())  # the same model, GPUs, policy and SLO
+    spec["workload"] = {"requests": shared_prefix_requests(), "max_total_tokens": 32768}
+    PC_PATH = Path(tempfile.mkdtemp(prefix="simbatch-nb05-")) / "shared_prefix.yaml"
+    PC_PATH.write_text(yaml.safe_dump(spec))
+    PC_BASE, SCALES = [], [1, 2, 3, 4, 5, 6]
+    print(f"{TRACE} not found: using {len(spec['workload']['requests'])} hand-built multi-turn requests instead")
+
+grid = [(cache, k) for cache in (True, False) for k in SCALES]
+scenarios = [load_scenario(PC_PATH, PC_BASE + [f"workload.rate_scale={k}", f"kv_cache.prefix_caching={str(cache).lower()}"])
+             for cache, k in grid]
+executor = make_executor("process", 2)
+try:
+    outs = executor.map(run, scenarios)
+finally:
+    executor.close()
+
+rows = []
+for (cache, k), out in zip(grid, outs):
+    s, arrivals = out.summary, out.requests.arrival_s
+    pc = s["prefix_cache"] or {}
+    rows.append({"cache": "on" if cache else "off", "rate scale": k,
+                 "offered (req/s)": (len(arrivals) - 1) / (arrivals.max() - arrivals.min()),
+                 "served (req/s)": s["request_throughput"], "goodput (req/s)": s["goodput"],
+                 "SLO %": 100 * s["slo_attainment"], "TTFT p50 (ms)": s["ttft_ms"]["median"],
+                 "TTFT p99 (ms)": s["ttft_ms"]["p99"], "TPOT p99 (ms)": s["tpot_ms"]["p99"],
+                 "token hit %": 100 * pc["token_hit_rate"] if pc else np.nan,
+                 "tokens saved": pc.get("tokens_saved", np.nan)})
+pcache = pd.DataFrame(rows)
+display(pcache.style.format(precision=2).format("{:,.0f}", subset=["TTFT p50 (ms)", "TTFT p99 (ms)", "tokens saved"],
+                                                na_rep="-"))
+'''),
+("code", r'''
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 4.5))
+for cache, color in (("on", "#009E73"), ("off", "#D55E00")):
+    d = pcache[pcache.cache == cache]
+    ax1.plot(d["offered (req/s)"], d["goodput (req/s)"], "o-", color=color, label=f"goodput, cache {cache}")
+    ax1.plot(d["offered (req/s)"], d["served (req/s)"], "x:", color=color, label=f"served, cache {cache}")
+    ax2.plot(d["offered (req/s)"], d["TTFT p50 (ms)"], "o-", color=color, label=f"TTFT p50, cache {cache}")
+    ax2.plot(d["offered (req/s)"], d["TTFT p99 (ms)"], "s--", color=color, label=f"TTFT p99, cache {cache}")
+ax1.plot(pcache["offered (req/s)"], pcache["offered (req/s)"], color="grey", lw=0.8, label="y = offered")
+ax2.axhline(10_000, color="black", linestyle=":", label="SLO: 10 s")
+ax1.set(xlabel="offered rate (req/s)", ylabel="req/s", title="One 8x H200 node, Llama-3-70B: served and goodput")
+ax2.set(xlabel="offered rate (req/s)", ylabel="time to first token (ms)", yscale="log",
+        title="TTFT with and without the prefix cache")
+for ax in (ax1, ax2):
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+
+best = {c: pcache[(pcache.cache == c) & (pcache["SLO %"] >= 95)]["offered (req/s)"].max() for c in ("on", "off")}
+sat = {c: pcache[pcache.cache == c]["served (req/s)"].max() for c in ("on", "off")}
+print(f"highest rate probed with >= 95 % of requests within the SLO: {best['on']:.2f} req/s with the cache, "
+      f"{best['off']:.2f} without")
+print(f"most the node served at any load: {sat['on']:.2f} req/s with the cache, {sat['off']:.2f} without "
+      f"({100 * (sat['on'] / sat['off'] - 1):+.0f} %)")
+'''),
+("md", r'''
+**Reading the results.**
+
+- The hit rate does not depend on the load: it is a property of the traffic (how much of each prompt was seen
+  before) and of how much KV memory keeps it. On the Mooncake trace about a sixth of the prompt tokens come from
+  the cache (the hand-built stand-in's conversations share far more); the node is prefill-bound (long prompts),
+  so every cached token is prefill compute it no longer does.
+- At low load the cache shortens TTFT (less to prefill); near saturation it moves the knee: the same node serves
+  more requests per second before the queue (and TTFT) takes off. More rate per node means fewer nodes for a
+  target rate, as in the first half of this notebook.
+- Limits of this what-if (docs/policies.md): each replica has its own cache and none of the routers sees which
+  replica holds a conversation's prefix, so with several replicas behind round-robin a conversation's turns
+  land on different caches and the hit rate drops. Much of Mooncake's multi-turn reuse lies farther back than
+  one node's KV memory reaches; Mooncake itself keeps a KV pool in CPU memory for that, which simbatch does not model.
 
 ## Questions to try
 
@@ -212,5 +430,9 @@ makes no claim about them.
 3. Try tensor parallelism: `expand(chat, ["chunked_prefill"], ["a100-80gb"], ["llama-2-13b"], [1, 2], None)`. Per GPU, is a TP2 replica of Llama-2-13B worth more or less than a TP1 one?
 4. Override the prices (`price_table(["h100-sxm=2.2", "a100-80gb=1.2"])`). At what H100 price does the A100 become the cheaper option?
 5. Run with three seeds instead of two. Do the boundaries move? What does that tell you about trusting a capacity number from one sample of traffic?
+6. Disaggregation: tighten the SLO (`slo.tpot_ms=20`) or lengthen the prompts (`workload.synthetic.prompt.median=3000`). Does a split now beat colocated chunked prefill per GPU? Which split?
+7. Give the decode pool chunked prefill (`disaggregation.decode.policy={kind: chunked_prefill, chunk_size: 512}`) or the prefill pool a faster GPU (`disaggregation.prefill.hardware=h100-sxm`). What moves, TTFT or TPOT?
+8. Prefix caching with two nodes: add `cluster.replicas=2` (and scale the rate up). What happens to the token hit rate under `round_robin`, and why?
+9. Set `policy.queue_order=lpm` (longest prefix match first) with the cache on. Does the hit rate or the TTFT improve?
 '''),
 ]
