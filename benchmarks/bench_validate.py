@@ -66,12 +66,15 @@ def main() -> int:
     p.add_argument("--policies", default=",".join(POLICIES))
     p.add_argument("--out", type=Path, default=REPO / "runs" / "bench_validate")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="validate this many times in a row (same profile): how much is noise")
     args = p.parse_args()
     if not TRACE.is_file():
         print(f"skipped: {TRACE} not found (the shared traces are not shipped)")
         return 0
+    from simbatch import validate
     from simbatch.scenario import load_scenario
-    from simbatch.validate import format_table, validate, write_validation
+    from simbatch.validation import format_table, write_validation
 
     args.out.mkdir(parents=True, exist_ok=True)
     reqs = trace_requests(args.requests, args.length_divisor, args.rate, args.seed, 2048)
@@ -81,14 +84,18 @@ def main() -> int:
           f"{np.median(prompts):.0f} (max {max(prompts)}), output median {np.median(outputs):.0f} "
           f"(max {max(outputs)}), {args.rate} req/s; tiny model, CPU, {args.threads} thread(s)")
     start = time.perf_counter()
-    result = validate(scenario, "cpu", args.policies.split(","), profile=args.profile, threads=args.threads)
-    print(f"profile: {result.profile_path} ({'calibrated now' if result.profile_fresh else 'found'})")
-    print(format_table(result))
-    for kind, v in result.policies.items():
-        o = v.errors["overhead_median_ms"]
-        print(f"{kind}: measured run {v.wall_s:.1f} s; median step overhead {o['measured']:.3f} ms measured, "
-              f"{o['predicted']:.3f} ms predicted")
-    write_validation(args.out, result)
+    profile = args.profile
+    for r in range(args.repeats):
+        result = validate(scenario, "cpu", args.policies.split(","), profile=profile, threads=args.threads)
+        print(f"profile: {result.profile_path} ({'calibrated now' if result.profile_fresh else 'found'})")
+        print(format_table(result))
+        for kind, v in result.policies.items():
+            o, load = v.errors["overhead_median_ms"], v.errors["load_average_1min"]
+            print(f"{kind}: measured run {v.wall_s:.1f} s; median step overhead {o['measured']:.3f} ms measured, "
+                  f"{o['predicted']:.3f} ms predicted; load average {load['before']} -> {load['after']}")
+        out = args.out if args.repeats == 1 else args.out / f"run{r + 1}"
+        write_validation(out, result)
+        profile = out / "profile" if result.profile_fresh else result.profile_path
     print(f"total {time.perf_counter() - start:.0f} s; wrote {args.out}/validation.json")
     return 0
 

@@ -11,10 +11,6 @@ _API = ("load_scenario", "run", "compare", "validate", "write_compare", "RunOutp
 
 
 def __getattr__(name):
-    if name == "validate":  # the subpackage, callable as the API function (see simbatch/validate)
-        import importlib
-
-        return importlib.import_module("simbatch.validate")
     if name in _API:
         from simbatch import api
 

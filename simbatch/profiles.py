@@ -33,6 +33,9 @@ OP_SCOPES = {
     "qkv_proj": "layer", "o_proj": "layer", "mlp_up": "layer", "mlp_down": "layer",
     "attn_prefill": "layer", "attn_decode": "layer", "misc_layer": "layer", "allreduce": "layer",
     "lm_head": "step", "misc_step": "step", "step_overhead": "step",
+    # Whole steps on the torch backend (a canonical plan each; docs/profiles.md). Optional:
+    # profiles without them (Vidur imports, older calibrations) stay valid.
+    "step_forward": "step", "step_host": "step",
 }
 COLUMNS = ["op", "scope", "num_tokens", "context_tokens", "batch_size", "context_spread",
            "tensor_parallel", "median_s", "p10_s", "p90_s", "repeats"]

@@ -9,7 +9,7 @@ import pytest
 from simbatch.cli import main
 from simbatch.plan import StepPlan
 from simbatch.scenario import load_scenario
-from simbatch.validate.compare import end_to_end_errors, signed_error, step_kind
+from simbatch.validation.compare import end_to_end_errors, signed_error, step_kind
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "calibration" / "profiles" / "cpu-tiny-float32-tp1"
@@ -100,3 +100,13 @@ def test_bundled_cpu_scenario_loads():
     scenario = load_scenario(REPO / "scenarios" / "validate_cpu.yaml")
     assert scenario.data["model"] == "tiny"
     assert set(scenario.data["policies"]) == {"static", "dynamic", "continuous", "chunked_prefill"}
+
+
+def test_simbatch_validate_is_the_api_function():
+    import simbatch
+    import simbatch.validation
+    from simbatch import api, validate
+
+    assert validate is api.validate and simbatch.validate is api.validate  # not the package
+    assert callable(validate) and not hasattr(validate, "__path__")
+    assert simbatch.validation.format_table.__module__ == "simbatch.validation.report"

@@ -21,6 +21,7 @@ kept in :attr:`TorchBackend.steps` so they can be paired with predictions.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -177,7 +178,7 @@ class TorchBackend:
 
 
 def _copy(plan: StepPlan) -> StepPlan:
-    """A private copy (policies may reuse a plan's lists)."""
+    """A private copy (policies may reuse a plan's lists); every other field kept as is."""
     pad = list(plan.num_pad_tokens) if plan.num_pad_tokens is not None else None
-    return StepPlan(list(plan.request_ids), list(plan.num_new_tokens), list(plan.num_context_tokens),
-                    pad, plan.num_decode_slots)
+    return dataclasses.replace(plan, request_ids=list(plan.request_ids), num_new_tokens=list(plan.num_new_tokens),
+                               num_context_tokens=list(plan.num_context_tokens), num_pad_tokens=pad)

@@ -1,5 +1,8 @@
 """Everything in a step besides the GEMMs and attention, and the all-reduce.
 
+The engine's step overhead is measured on the real engine and backend
+(:mod:`simbatch.calibrate.bench_backend`), not here.
+
 * ``misc_layer`` (per layer, per token count): input and post-attention
   RMSNorm, RoPE on Q and K (gathering cos/sin at the tokens' positions), the
   SiLU-mul activation and the two residual adds.
@@ -7,13 +10,6 @@
   and greedy sampling (argmax over the vocabulary) of every row. One logits row
   per token is exact for decode and an upper bound for prefill, where only the
   last token of each sequence is sampled.
-* ``step_overhead`` (per step, ``num_tokens`` 0, ``batch_size`` = requests in
-  the plan): the Python side of one engine step with the model call left out:
-  a FCFS scheduling loop building a :class:`~simbatch.plan.StepPlan` of N
-  decode requests, the tensors a model runner builds from it (input ids,
-  positions, slot mapping, context lengths, block tables; 512-token contexts in
-  16-token blocks) copied to the device, reading the sampled ids back (the
-  synchronisation every step pays) and appending them to the requests.
 * ``allreduce`` (per call, ``num_tokens`` rows of ``hidden_size``): only with
   more than one GPU; one process per GPU over NCCL, timed on rank 0.
 """
@@ -27,13 +23,17 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from simbatch.calibrate.layers import LayerWeights, apply_rope, random_tensor, rms_norm, rope_tables, silu_mul
+from simbatch.calibrate.layers import (
+    LayerWeights,
+    apply_rope,
+    random_tensor,
+    rms_norm,
+    rope_tables,
+    silu_mul,
+)
 from simbatch.calibrate.timing import Timer
-from simbatch.plan import StepPlan
 from simbatch.profiles import measurement_row
 
-BLOCK_SIZE = 16
-OVERHEAD_CONTEXT = 512
 ALLREDUCE_TP = (2, 4, 8)
 
 
@@ -83,58 +83,6 @@ def _misc_step_call(w: LayerWeights, n: int, gen: torch.Generator) -> Callable[[
         return logits.argmax(dim=-1)
 
     return run
-
-
-def bench_step_overhead(device: torch.device, requests: list[int], timer: Timer,
-                        progress: Callable[[str], None] = lambda _: None) -> list[dict]:
-    """``step_overhead`` rows: one engine step's Python and tensor bookkeeping for N requests."""
-    rows = []
-    for n in requests:
-        state = [_Request(i, OVERHEAD_CONTEXT) for i in range(n)]
-        stats = timer.measure(lambda state=state: _engine_step(state, device))
-        rows.append(measurement_row("step_overhead", 0, stats, batch_size=n))
-        progress(f"step_overhead {n} requests")
-    return rows
-
-
-class _Request:
-    """What an engine keeps per running request."""
-
-    __slots__ = ("block_ids", "id", "num_computed_tokens", "token_ids")
-
-    def __init__(self, rid: int, context: int):
-        self.id = rid
-        self.token_ids = [1] * context
-        self.num_computed_tokens = context
-        self.block_ids = list(range(rid * 1000, rid * 1000 + context // BLOCK_SIZE + 1))
-
-
-def _engine_step(running: list[_Request], device: torch.device, token_budget: int = 8192) -> None:
-    """Schedule (FCFS, one decode token each), build and ship the inputs, apply the results."""
-    ids, new, ctx = [], [], []
-    for r in running:
-        if token_budget < 1:
-            break
-        ids.append(r.id), new.append(1), ctx.append(r.num_computed_tokens)
-        token_budget -= 1
-    plan = StepPlan(ids, new, ctx, num_decode_slots=len(ids))
-    scheduled = [running[i] for i in plan.request_ids]
-    longest = max(len(r.block_ids) for r in scheduled)
-    inputs = {
-        "input_ids": [r.token_ids[-1] for r in scheduled],
-        "positions": plan.num_context_tokens,
-        "slot_mapping": [r.block_ids[c // BLOCK_SIZE] * BLOCK_SIZE + c % BLOCK_SIZE
-                         for r, c in zip(scheduled, plan.num_context_tokens)],
-        "context_lens": [c + 1 for c in plan.num_context_tokens],
-        "block_tables": [r.block_ids + [0] * (longest - len(r.block_ids)) for r in scheduled],
-    }
-    tensors = {k: torch.tensor(v, dtype=torch.int64).to(device, non_blocking=True) for k, v in inputs.items()}
-    sampled = tensors["input_ids"].tolist()  # no model: the "sampled" ids are the inputs; .tolist() syncs
-    for r, token in zip(scheduled, sampled):
-        r.token_ids.append(token)
-        r.num_computed_tokens += 1
-        if r.num_computed_tokens % BLOCK_SIZE == 0:
-            r.block_ids.append(r.block_ids[-1] + 1)
 
 
 def bench_allreduce(device: torch.device, dtype: torch.dtype, hidden: int, tokens: list[int],

@@ -40,9 +40,6 @@ SPREADS = [2.0, 8.0]  # max/min context in a mixed decode batch
 # seconds and adds nothing (decode attention is linear in KV tokens by then).
 MAX_DECODE_KV_TOKENS = {"cpu": 2**18, "cuda": 2**21}
 
-FULL_OVERHEAD_REQUESTS = [1, 16, 64, 256]
-QUICK_OVERHEAD_REQUESTS = [1, 64]
-
 
 @dataclass(slots=True)
 class Grid:
@@ -51,7 +48,6 @@ class Grid:
     tokens: list[int]                              # linear layers, lm_head, misc ops
     prefill: list[tuple[int, int]]                 # (query tokens, context tokens)
     decode: list[tuple[int, int, float]]           # (batch size, mean context, spread)
-    overhead_requests: list[int]                   # requests in the step_overhead plan
     dropped: list[str] = field(default_factory=list)  # what the memory check left out
 
 
@@ -59,7 +55,7 @@ def make_grid(spec: ModelSpec, quick: bool, dtype_bytes: int, free_bytes: int, d
     """The points for ``spec`` in full or quick mode, within ``free_bytes`` of memory."""
     budget = free_bytes * MEMORY_SHARE
     max_ctx = spec.max_context
-    grid = Grid([], [], [], QUICK_OVERHEAD_REQUESTS if quick else FULL_OVERHEAD_REQUESTS)
+    grid = Grid([], [], [])
     for n in QUICK_TOKENS if quick else FULL_TOKENS:
         _keep(grid.tokens, n, linear_bytes(spec, n, dtype_bytes), budget, grid.dropped, f"{n} tokens")
     for q, ctx in prefill_points(max_ctx, quick):

@@ -14,9 +14,19 @@ import torch
 
 import simbatch
 from simbatch.calibrate.bench_attention import bench_decode, bench_prefill
+from simbatch.calibrate.bench_backend import (
+    bench_engine_overhead,
+    bench_steps,
+    build_step_backend,
+)
 from simbatch.calibrate.bench_linear import bench_linear
-from simbatch.calibrate.bench_misc import bench_allreduce, bench_misc, bench_step_overhead
-from simbatch.calibrate.device import available_cores, available_memory, device_facts, resolve_device
+from simbatch.calibrate.bench_misc import bench_allreduce, bench_misc
+from simbatch.calibrate.device import (
+    available_cores,
+    available_memory,
+    device_facts,
+    resolve_device,
+)
 from simbatch.calibrate.layers import build_layer
 from simbatch.calibrate.points import make_grid
 from simbatch.calibrate.timing import Timer
@@ -73,6 +83,7 @@ def calibrate(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, qu
     load_before = _load_average()
     start = time.perf_counter()
     rows, notes = measure(spec, dev, DTYPES[dtype], quick, seed, progress)
+    rows += measure_steps(spec, dev, dtype, quick, seed, threads, progress)
     wall_s = time.perf_counter() - start
     if load_before is not None:
         notes.append(f"load average (1, 5, 15 min) {load_before} at start, {_load_average()} at end, "
@@ -111,19 +122,35 @@ def measure(spec: ModelSpec, dev: torch.device, dtype: torch.dtype, quick: bool,
     rows += bench_prefill(weights, grid.prefill, timer, seed + 2, progress)
     rows += bench_decode(weights, grid.decode, timer, seed + 3, progress)
     rows += bench_misc(weights, grid.tokens, timer, seed + 4, progress)
-    rows += bench_step_overhead(dev, grid.overhead_requests, timer, progress)
     allreduce_rows, allreduce_note = bench_allreduce(dev, dtype, spec.hidden_size, grid.tokens, timer)
     rows += allreduce_rows
     notes = [
         allreduce_note,
-        ("step_overhead: one engine step's Python work without the model (FCFS plan of batch_size decode "
-         "requests, input tensors built and copied to the device, sampled ids read back), num_tokens 0"),
+        ("step_overhead: the engine's time between steps (policy scheduling, postprocessing) in a wall-clock "
+         "run of the real engine (continuous batching) on the torch backend, by running requests (batch_size)"),
+        ("step_forward / step_host: whole canonical plans on the torch backend (forward pass; host time "
+         "preparing inputs and bookkeeping), synthetic grid of batch sizes x contexts, chunks x contexts, "
+         "mixed"),
         "misc_step samples every row (argmax over the vocabulary): exact for decode, an upper bound for prefill",
         "attn_decode pads K/V to the longest context with a key-padding mask when context_spread > 1",
     ]
     if grid.dropped:
         notes.append(f"left out by the memory check: {'; '.join(grid.dropped)}")
     return rows, notes
+
+
+def measure_steps(spec: ModelSpec, dev: torch.device, dtype: str, quick: bool, seed: int, threads: int,
+                  progress: Callable[[str], None]) -> list[dict]:
+    """Whole steps on the torch backend, then the engine's overhead (:mod:`simbatch.calibrate.bench_backend`)."""
+    backend, points = build_step_backend(spec, dev, dtype, quick, seed, threads, available_memory(dev))
+    try:
+        rows = bench_steps(backend, points, quick, progress)
+        rows += bench_engine_overhead(backend, spec, seed, progress)
+    finally:
+        del backend
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    return rows
 
 
 def _check_size(spec: ModelSpec, dev: torch.device, dtype: torch.dtype) -> None:

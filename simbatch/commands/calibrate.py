@@ -66,7 +66,31 @@ def report(path: Path) -> str:
         atomic_write(Path(path) / "fit_report.csv", lambda p: table.to_csv(p, index=False))
     except OSError:
         pass  # a read-only profile (a shipped one, say) is still worth a report
-    return f"{describe(profile)}\nfit (leave-one-out error per operator):\n{format_fit_report(table)}"
+    text = f"{describe(profile)}\nfit (leave-one-out error per operator):\n{format_fit_report(table)}"
+    steps = step_report(profile)
+    return f"{text}\n{steps}" if steps else text
+
+
+def step_report(profile) -> str | None:
+    """How well the operators, then the operators plus the fitted backend terms, reproduce the
+    whole steps measured on the torch backend (``step_forward`` rows); None without them."""
+    if "step_forward" not in set(profile.measurements["op"]):
+        return None
+    from simbatch.costmodel.profile import ProfileCostModel
+    from simbatch.costmodel.whatif import header_model
+
+    cost = ProfileCostModel(profile, header_model(profile.header), "a100-80gb", where="--report")
+    terms = cost.backend_terms
+    table = terms["table"]
+
+    def us(part: str) -> str:
+        return ", ".join(f"{k} {v * 1e6:.4g} us" for k, v in terms[part].items() if v)
+
+    return (f"whole steps on the torch backend ({len(table)} plans): operators alone median "
+            f"{table['operators_ape'].median() * 100:.1f}% (worst {table['operators_ape'].max() * 100:.1f}%), "
+            f"with the fitted backend terms median {table['ape'].median() * 100:.1f}% "
+            f"(worst {table['ape'].max() * 100:.1f}%)\n"
+            f"  forward terms: {us('forward') or 'none'}\n  host terms: {us('host') or 'none'}")
 
 
 def _fit_functions():

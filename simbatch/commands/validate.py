@@ -21,12 +21,14 @@ def add_arguments(p) -> None:
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
                    help="default: float32 on CPU, bfloat16 on a GPU")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: the cores this process may use)")
+                   help="torch CPU threads (default: 1 on CPU, steadier on a shared machine; the shipped "
+                        "CPU profiles are measured with 1)")
 
 
 def run(args) -> None:
     from simbatch.errors import SimbatchError
-    from simbatch.validate import format_table, validate, write_validation
+    from simbatch.validation import format_table, write_validation
+    from simbatch.validation import run_validation as validate
 
     scenario = load(args)
     if args.threads is not None and args.threads < 1:

@@ -13,6 +13,14 @@ efficiencies are scaled by the same ratios to the roofline's defaults. On the
 A100 data the roofline was fitted to, the ratios are 1.00 and the fallback is
 the roofline itself; on a slower or faster device it moves with the device.
 
+A measured profile may also hold whole steps timed on the torch backend
+(``step_forward``, ``step_host``: docs/profiles.md). From those,
+:func:`fit_backend_terms` fits what the operators miss, as terms linear in the
+step's work: forward-pass time the operator sum does not explain (cache-cold
+weights, the paged-KV gather, glue operators), added to ``misc``, and the
+backend's host time per step (building the step's index tensors), added to
+``overhead``. Profiles without those rows price exactly as before.
+
 Lookups are cached per token count and attention is three multiply-adds, so
 :meth:`ProfileCostModel.step_cost` stays a few microseconds (it runs once per
 simulated step).
@@ -21,13 +29,20 @@ simulated step).
 from __future__ import annotations
 
 import math
+from operator import mul
 
 import numpy as np
+import pandas as pd
 
 from simbatch.costmodel.base import StepCost
-from simbatch.costmodel.fit import fit_profile
-from simbatch.costmodel.roofline import (DEFAULT_PARAMS, PricedByWork, RooflineCostModel,
-                                         check_tensor_parallel)
+from simbatch.costmodel.fit import _nnls, column, fit_profile
+from simbatch.costmodel.roofline import (
+    DEFAULT_PARAMS,
+    PricedByWork,
+    RooflineCostModel,
+    check_tensor_parallel,
+    plan_work,
+)
 from simbatch.errors import SimbatchError
 from simbatch.hardware import GPUSpec, get_gpu
 from simbatch.models import ModelSpec, get_model
@@ -38,6 +53,12 @@ from simbatch.plan import StepPlan
 # KV reads, FLOPs and bytes stays the one definition.
 GEMMS = ("qkv_proj", "o_proj", "mlp_up", "mlp_down")
 LINEAR_OPS = (*GEMMS, "misc_layer")
+# Features of the backend terms, per step (see backend_features).
+BACKEND_FEATURES = ("step", "slots", "tokens", "decode_kv_tokens", "prefill_context_tokens")
+STEP_OPS = ("step_forward", "step_host")
+# A calibration plan whose fitted error exceeds both of these (relative; x the median error) is
+# left out of the refit: on a shared CPU another process can stall a whole plan's repeats.
+OUTLIER_FLOOR, OUTLIER_FACTOR = 0.3, 4.0
 _SHAPES = ("hidden_size", "num_heads", "num_kv_heads", "head_dim", "intermediate_size", "gated_mlp")
 
 
@@ -75,17 +96,32 @@ class ProfileCostModel(PricedByWork):
         self._overhead = overhead
         self._roof = RooflineCostModel(self.model, self.gpu, self.tensor_parallel,
                                        **self.fallback_efficiency, **overhead)
+        self._forward_terms = self._host_terms = None
         self._precompute()
+        try:
+            self.backend_terms = fit_backend_terms(self, profile)
+        except ValueError as exc:
+            raise SimbatchError(where, f"profile {self.source}: {exc}") from None
+        if self.backend_terms:
+            self._forward_terms = tuple(self.backend_terms["forward"].values())
+            self._host_terms = tuple(self.backend_terms["host"].values())
+            self._by_tokens.clear()
 
     def describe(self) -> dict:
         """Kind, source, path, what was measured and what falls back to the roofline."""
         fitted = self.fitted
-        measured = sorted([*fitted.curves, *fitted.attn] + (["step_overhead"] if fitted.overhead else []))
-        return {"kind": "profile", "source": self.source, "path": self.path, "model": self.model.name,
-                "gpu": self.gpu.name, "tensor_parallel": self.tensor_parallel, "measured": measured,
-                "roofline_fallback": self._fallback_parts(),
-                "fallback_efficiency": {k: round(v, 4) for k, v in self.fallback_efficiency.items()},
-                **self._overhead}
+        measured = sorted([*fitted.curves, *fitted.attn] + (["step_overhead"] if fitted.overhead else [])
+                          + (list(STEP_OPS) if self.backend_terms else []))
+        out = {"kind": "profile", "source": self.source, "path": self.path, "model": self.model.name,
+               "gpu": self.gpu.name, "tensor_parallel": self.tensor_parallel, "measured": measured,
+               "roofline_fallback": self._fallback_parts(),
+               "fallback_efficiency": {k: round(v, 4) for k, v in self.fallback_efficiency.items()},
+               **self._overhead}
+        if self.backend_terms:
+            out["backend_terms"] = {part: {k: float(f"{v:.4g}") for k, v in terms.items()}
+                                    for part, terms in self.backend_terms.items()
+                                    if part in ("forward", "host")}
+        return out
 
     def _fallback_parts(self) -> list[str]:
         f = self.fitted
@@ -135,14 +171,19 @@ class ProfileCostModel(PricedByWork):
         if lm is None:
             lm = self._by_rows[rows] = self._lm_head(rows)
         over = self._overhead
+        misc, host = lin[2], 0.0
+        if self._forward_terms is not None and tokens:
+            feats = (1.0, rows, tokens, dec[1], pre[1] - pre[2])
+            misc += sum(map(mul, self._forward_terms, feats))
+            host = sum(map(mul, self._host_terms, feats))
         bd = {
             "linear": lin[0],
             "lm_head": lm,
             "attn_prefill": self._attn(self._pre, pre, True),
             "attn_decode": self._attn(self._dec, dec, False),
             "allreduce": lin[1],
-            "overhead": over["step_overhead_s"] + over["per_seq_overhead_s"] * live,
-            "misc": lin[2],
+            "overhead": over["step_overhead_s"] + over["per_seq_overhead_s"] * live + host,
+            "misc": misc,
         }
         flops, nbytes = self._roof._counts(kept)
         return StepCost(sum(bd.values()), bd, flops, nbytes)
@@ -185,6 +226,100 @@ class ProfileCostModel(PricedByWork):
         if prefill:
             return a + b * pairs + c * kv_tokens
         return a + b * queries + c * (kv_tokens - queries)
+
+
+def canonical_plan(tokens: int, seqs: int, context: int) -> StepPlan:
+    """The step a ``step_forward`` / ``step_host`` row measured (docs/profiles.md): ``seqs``
+    sequences with ``context`` cached tokens each computing ``tokens`` rows in all; all
+    decodes when ``tokens == seqs``, else ``seqs - 1`` decodes and one prefill chunk of the
+    remaining rows (a whole prompt when ``context`` is 0). Request ids are ``0 .. seqs - 1``."""
+    tokens, seqs, context = int(tokens), int(seqs), int(context)
+    if seqs < 1 or tokens < seqs:
+        raise ValueError(f"a step plan needs 1 <= sequences <= rows, got {seqs} and {tokens}")
+    if tokens == seqs:
+        return StepPlan(list(range(seqs)), [1] * seqs, [context] * seqs, num_decode_slots=seqs)
+    d = seqs - 1
+    return StepPlan(list(range(seqs)), [1] * d + [tokens - d], [context] * seqs, num_decode_slots=d)
+
+
+def backend_features(plan: StepPlan) -> tuple[float, ...]:
+    """:data:`BACKEND_FEATURES` of a plan, as :meth:`ProfileCostModel.price` computes them."""
+    (tokens, rows, dec, pre), _, _ = plan_work(plan)
+    return (1.0, float(rows), float(tokens), float(dec[1]), float(pre[1] - pre[2]))
+
+
+def fit_backend_terms(cost: ProfileCostModel, profile) -> dict | None:
+    """Backend terms from a measured profile's ``step_forward`` and ``step_host`` rows, or None
+    without them (and for derived profiles: what-if rescaling moves operators, not whole steps).
+
+    For each measured canonical plan, the operator model's forward price (every
+    part but overhead, before these terms) is subtracted from the measured
+    forward pass; the rest is fitted as non-negative coefficients of
+    :data:`BACKEND_FEATURES` (least squares on the error relative to the
+    measured step), then refitted once without the plans the first fit misses by
+    more than ``max(OUTLIER_FLOOR, OUTLIER_FACTOR x its median error)`` (on a
+    shared CPU another process can stall every repeat of a plan; the table
+    still lists them). Host time is fitted on the same features directly. Returns
+    ``{"forward": {...}, "host": {...}, "table": DataFrame}``; the table holds
+    every calibration plan with its measured and predicted times (the fit's own
+    check: ``simbatch calibrate --report`` prints its errors).
+    """
+    if profile.header.get("source", "measured") != "measured":
+        return None  # a derived profile rescaled the operators, not these whole steps
+    m = profile.measurements
+    tp = int(profile.header.get("tensor_parallel") or 1)
+    if "tensor_parallel" in m:
+        m = m[m["tensor_parallel"].fillna(tp) == tp]
+    fwd, host = m[m["op"] == "step_forward"], m[m["op"] == "step_host"]
+    if fwd.empty:
+        return None
+    forward_terms = _fit_terms(cost, fwd, subtract_operators=True)
+    host_terms = _fit_terms(cost, host, subtract_operators=False) if len(host) else \
+        dict.fromkeys(BACKEND_FEATURES, 0.0)
+    table = _plans_table(cost, fwd, forward_terms)
+    return {"forward": forward_terms, "host": host_terms, "table": table}
+
+
+def _plans(rows: pd.DataFrame) -> list[StepPlan]:
+    t, s, c = column(rows, "num_tokens", 1), column(rows, "batch_size", 1), column(rows, "context_tokens", 0)
+    return [canonical_plan(a, b, x) for a, b, x in zip(t, s, c)]
+
+
+def _operator_forward(cost: ProfileCostModel, plan: StepPlan) -> float:
+    """The operator model's forward price of ``plan`` (no backend terms, no overhead)."""
+    c = cost.step_cost(plan)
+    return c.seconds - c.breakdown["overhead"]
+
+
+def _fit_terms(cost: ProfileCostModel, rows: pd.DataFrame, subtract_operators: bool) -> dict[str, float]:
+    plans = _plans(rows)
+    y = rows["median_s"].to_numpy(float)
+    base = np.array([_operator_forward(cost, p) for p in plans]) if subtract_operators else np.zeros_like(y)
+    X = np.array([backend_features(p) for p in plans])
+    keep = np.ones(len(y), dtype=bool)
+    for _ in range(2):  # fit, then refit without the plans a busy machine disturbed (docstring)
+        try:
+            coef = np.array(_nnls(X[keep] / y[keep, None], (y[keep] - base[keep]) / y[keep]))
+        except ValueError:  # nothing positive to add: the operators already cover every plan
+            coef = np.zeros(len(BACKEND_FEATURES))
+        err = np.abs((base + X @ coef) / y - 1)
+        limit = max(OUTLIER_FLOOR, OUTLIER_FACTOR * float(np.median(err)))
+        if keep.sum() - (err > limit).sum() < len(BACKEND_FEATURES) or not (err[keep] > limit).any():
+            break
+        keep = err <= limit
+    return dict(zip(BACKEND_FEATURES, map(float, coef)))
+
+
+def _plans_table(cost: ProfileCostModel, rows: pd.DataFrame, terms: dict[str, float]) -> pd.DataFrame:
+    plans = _plans(rows)
+    ops = np.array([_operator_forward(cost, p) for p in plans])
+    extra = np.array([sum(map(mul, terms.values(), backend_features(p))) for p in plans])
+    measured = rows["median_s"].to_numpy(float)
+    return pd.DataFrame({"num_tokens": rows["num_tokens"].to_numpy(int),
+                         "batch_size": column(rows, "batch_size", 1).astype(int),
+                         "context_tokens": column(rows, "context_tokens", 0).astype(int),
+                         "measured_s": measured, "operators_s": ops, "predicted_s": ops + extra,
+                         "operators_ape": np.abs(ops / measured - 1), "ape": np.abs((ops + extra) / measured - 1)})
 
 
 def _roofs(model: ModelSpec, gpu: GPUSpec, tp: int, tokens: list[float]) -> tuple[np.ndarray, np.ndarray]:

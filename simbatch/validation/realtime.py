@@ -23,8 +23,8 @@ from simbatch.errors import SimbatchError
 from simbatch.hardware import GPUSpec
 from simbatch.models import ModelSpec
 from simbatch.scenario import Scenario
-from simbatch.validate.capacity import validation_blocks
-from simbatch.validate.engine import run_engine
+from simbatch.validation.capacity import validation_blocks
+from simbatch.validation.engine import run_engine
 from simbatch.workload import Workload
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -16,11 +17,14 @@ from simbatch.errors import SimbatchError
 from simbatch.hardware import get_gpu
 from simbatch.models import get_model
 from simbatch.scenario import Scenario
-from simbatch.validate.compare import pair_steps, policy_validation
-from simbatch.validate.engine import run_engine
+from simbatch.validation.compare import pair_steps, policy_validation
+from simbatch.validation.engine import run_engine
 from simbatch.workload import build_workload
 
 POLICY_ORDER = ("static", "dynamic", "continuous", "chunked_prefill")
+# Torch threads of a CPU validation unless told: one thread is far steadier on a machine shared
+# with other processes (docs/validation.md), and the shipped CPU profiles are measured with one.
+CPU_THREADS = 1
 
 
 @dataclass
@@ -36,7 +40,7 @@ class PolicyValidation:
 
 @dataclass
 class Validation:
-    """Everything ``simbatch validate`` computed (written by :func:`simbatch.validate.report.write_validation`)."""
+    """Everything ``simbatch validate`` computed (written by :func:`simbatch.validation.report.write_validation`)."""
 
     scenario: Scenario
     backend: dict
@@ -65,8 +69,8 @@ def validate(scenario: Scenario, device: str = "cpu", policies: list[str] | None
 
     require_torch()
     from simbatch.calibrate.runner import default_dtype
-    from simbatch.validate.profile import predicting_cost_model
-    from simbatch.validate.realtime import build_torch_backend, check_validatable
+    from simbatch.validation.profile import predicting_cost_model
+    from simbatch.validation.realtime import build_torch_backend, check_validatable
 
     progress = progress or _stderr
     kinds = _policy_kinds(policies)
@@ -76,6 +80,8 @@ def validate(scenario: Scenario, device: str = "cpu", policies: list[str] | None
                               where=scenario.where("workload"))
     check_validatable(scenario, workload, model)
     given = _profile_dir(profile) if profile is not None else None
+    if threads is None and device == "cpu":
+        threads = CPU_THREADS
     backend, kv_note = build_torch_backend(scenario, workload, model, gpu, device, dtype, threads, scenario.seed)
     dtype = backend.dtype_name
     cost, path, fresh = predicting_cost_model(model, gpu, device, dtype or default_dtype(backend.device.type),
@@ -91,16 +97,19 @@ def validate(scenario: Scenario, device: str = "cpu", policies: list[str] | None
 
 def validate_policy(scenario: Scenario, workload, model, gpu, backend, cost) -> PolicyValidation:
     """Measure, predict and compare one policy (``scenario`` already set to it)."""
-    from simbatch.validate.realtime import run_realtime
+    from simbatch.validation.realtime import run_realtime
 
+    load_before = _load_average()
     start = time.perf_counter()
     measured = to_output(run_realtime(scenario, workload, model, gpu, backend))
     wall = time.perf_counter() - start
+    load = {"before": load_before, "after": _load_average()}
     pairs = pair_steps(backend.steps, cost)
     blocks = backend.pool.num_blocks
     predicted = to_output(run_engine(scenario, workload, model, gpu, cost, simpy.Environment(), blocks,
                                      fast_forward=True))
     errors = policy_validation(pairs, measured.summary, predicted.summary)
+    errors["load_average_1min"] = load  # other processes on the cores: the measured side's main noise
     return PolicyValidation(measured, predicted, pairs, errors, wall)
 
 
@@ -133,6 +142,13 @@ def _profile_dir(value) -> Path:
         raise SimbatchError("--profile", f"no profile at {path} (expected a folder with profile.yaml, "
                                          "as `simbatch calibrate` writes)")
     return path
+
+
+def _load_average() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 def _stderr(message: str) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from simbatch.report.outputs import json_safe, write_run
-from simbatch.validate.plots import plot_latency_cdfs, plot_step_scatter
+from simbatch.validation.plots import plot_latency_cdfs, plot_step_scatter
 
 COLUMNS = (("steps", None), ("step APE p50 %", ("step_ape", "median")), ("p90 %", ("step_ape", "p90")),
            ("decode p50 %", ("step_ape", "decode_only", "median")),

@@ -6,7 +6,7 @@ the run from the simulator's own pieces (workload, :func:`parse_policy`,
 :class:`~simbatch.kvcache.KVCache`, :class:`~simbatch.engine.replica.Replica`,
 the dispatcher, the event log) exactly as :func:`simbatch.engine.simulation.simulate`
 does, so the two sides differ only in the clock and the backend, and they get
-the same KV capacity (the measured side's; see :mod:`simbatch.validate.capacity`).
+the same KV capacity (the measured side's; see :mod:`simbatch.validation.capacity`).
 """
 
 from __future__ import annotations
