@@ -86,3 +86,15 @@ def test_streams_is_checked():
 
     with pytest.raises(SimbatchError, match="policy.streams"):
         chat("continuous", 3)
+
+
+def test_a_profile_cost_model_prices_streams_within_the_same_bounds():
+    from simbatch.costmodel import build_cost_model
+
+    profile = build_cost_model(None, "llama-2-7b", "a100-80gb")  # the shipped A100 measurements
+    one = profile.step_cost(mixed([1000] * 64, [512], 1))
+    two = profile.step_cost(mixed([1000] * 64, [512], 2))
+    alone = [profile.step_cost(p) for p in mixed([1000] * 64, [512], 2).micro_batches()]
+    kernels = two.seconds - two.breakdown["overhead"] - two.breakdown["allreduce"]
+    assert max(a.seconds - a.breakdown["overhead"] for a in alone) <= kernels + 1e-12
+    assert two.seconds < one.seconds

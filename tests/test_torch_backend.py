@@ -121,3 +121,19 @@ def test_describe_and_overhead_breakdown():
     assert set(cost.breakdown) == {"overhead", "forward"} and cost.breakdown["forward"] > 0
     d = b.describe()
     assert d["kind"] == "torch" and d["model"] == "tiny" and d["kv_blocks"] == 64 and d["dtype"] == "float32"
+
+
+def test_two_streams_compute_what_one_stream_does():
+    # A mixed step split into its decode and chunk micro-batches (on CPU: one after the
+    # other) leaves the same KV and the same last-layer states as the whole step.
+    out = []
+    for streams in (1, 2):
+        b = backend()
+        b.step_cost(StepPlan([0, 1], [20, 9], [0, 0]))
+        b.step_cost(StepPlan([0, 1, 2], [1, 1, 30], [20, 9, 0], num_decode_slots=2, num_streams=streams))
+        assert b.steps[-1].num_rows == 32 and [b.pool.length(i) for i in range(3)] == [21, 10, 30]
+        out.append((b.pool.read(2, 3), b.last_hidden.clone()))
+    (k1, v1), h1 = out[0]
+    (k2, v2), h2 = out[1]
+    assert torch.allclose(k1, k2, atol=ATOL) and torch.allclose(v1, v2, atol=ATOL)
+    assert torch.allclose(h1, h2, atol=ATOL)

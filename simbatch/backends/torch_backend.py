@@ -87,7 +87,7 @@ class TorchBackend:
         self.keep_hidden = keep_hidden
         self.steps: list[StepRecord] = []
         self.last_hidden: torch.Tensor | None = None  # with keep_hidden: the last step's hidden states
-        self.last_inputs: StepInputs | None = None
+        self.last_inputs: StepInputs | list[StepInputs] | None = None  # a list with two streams
         self._clock: Callable[[], float] | None = None
         self._last_end: float | None = None
         self._facts = device_facts(self.device, self.threads)
@@ -122,25 +122,50 @@ class TorchBackend:
         base = self._clock() if self._clock is not None else self._last_end
         base = enter if base is None else min(base, enter)
         self._check_and_reset(plan)
-        inputs = prepare(plan, self.pool, self.spec.vocab_size, self.model.max_position, self.device)
-        if inputs.num_rows != plan.num_batched_tokens:
-            raise RuntimeError(f"prepared {inputs.num_rows} rows for a plan of {plan.num_batched_tokens} tokens")
+        parts = plan.micro_batches()
+        inputs = [prepare(p, self.pool, self.spec.vocab_size, self.model.max_position, self.device)
+                  for p in parts]
+        rows = sum(i.num_rows for i in inputs)
+        if rows != plan.num_batched_tokens:
+            raise RuntimeError(f"prepared {rows} rows for a plan of {plan.num_batched_tokens} tokens")
         begin = time.monotonic()
-        hidden, sampled = self.model.forward(inputs, self.pool)
+        outs = self._forward(inputs)
         synchronize(self.device)
-        sampled.tolist()  # the engine needs the tokens on the host (a sync point on a GPU)
+        for _, sampled in outs:
+            sampled.tolist()  # the engine needs the tokens on the host (a sync point on a GPU)
         done = time.monotonic()
+        hidden = outs[0][0] if len(outs) == 1 else torch.cat([h for h, _ in outs])
+        inputs = inputs[0] if len(inputs) == 1 else inputs
         for rid, new in zip(plan.request_ids, plan.num_new_tokens):
             if rid >= 0:
                 self.pool.advance(rid, new)
         if self.keep_hidden:
             self.last_hidden, self.last_inputs = hidden, inputs
         end = time.monotonic()
-        record = StepRecord(_copy(plan), base, enter - base, begin - enter, done - begin, end - done,
-                            inputs.num_rows)
+        record = StepRecord(_copy(plan), base, enter - base, begin - enter, done - begin, end - done, rows)
         self.steps.append(record)
         self._last_end = end
         return StepCost(record.seconds, {"overhead": record.overhead_s, "forward": record.forward_s})
+
+    def _forward(self, inputs: list[StepInputs]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """One forward pass per micro-batch: on a GPU each on its own CUDA stream, so the
+        memory-bound decodes and the compute-bound chunks run side by side (what the cost
+        model's two-stream overlap prices); on a CPU, which has no streams, one after another.
+        The micro-batches touch disjoint requests, hence disjoint KV blocks."""
+        if len(inputs) == 1 or self.device.type != "cuda":
+            return [self.model.forward(i, self.pool) for i in inputs]
+        main = torch.cuda.current_stream(self.device)
+        streams = [torch.cuda.Stream(self.device) for _ in inputs]
+        outs = []
+        for stream, step_inputs in zip(streams, inputs):
+            stream.wait_stream(main)  # inputs were prepared on the main stream
+            with torch.cuda.stream(stream):
+                outs.append(self.model.forward(step_inputs, self.pool))
+        for stream, (hidden, sampled) in zip(streams, outs):
+            main.wait_stream(stream)
+            hidden.record_stream(main)
+            sampled.record_stream(main)
+        return outs
 
     def _check_and_reset(self, plan: StepPlan) -> None:
         """Recompute after preemption (context 0 again) drops the old cache; the plan's

@@ -188,6 +188,16 @@ class ProfileCostModel(PricedByWork):
         flops, nbytes = self._roof._counts(kept)
         return StepCost(sum(bd.values()), bd, flops, nbytes)
 
+    def bounds(self, work: tuple) -> tuple[float, float]:
+        """(compute-bound, memory-bound) seconds for two-stream overlap: the measured kernel
+        time of ``work``, split by the roofline's ratio of compute to memory time (the
+        roofline says which resource binds and by how much; the measurement says how long)."""
+        cost = self.price(work, work, 0)
+        kernels = cost.seconds - cost.breakdown["allreduce"] - cost.breakdown["overhead"]
+        c, m = self._roof.bounds(work)
+        top = max(c, m)
+        return (kernels * c / top, kernels * m / top) if top > 0 else (0.0, 0.0)
+
     def _token_parts(self, tokens: int) -> tuple[float, float, float]:
         """(linear, all-reduce, misc) seconds of a step computing ``tokens`` rows."""
         if not tokens:
