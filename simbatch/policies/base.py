@@ -10,7 +10,8 @@ executed on a real model.
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, ClassVar
+from collections.abc import Callable
+from typing import ClassVar
 
 from simbatch.kvcache import KVCache
 from simbatch.plan import StepPlan

@@ -12,38 +12,28 @@ preemption are the ``queue_order`` knobs (:mod:`simbatch.policies.queue_order`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from simbatch.params import require
 from simbatch.plan import StepPlan
-from simbatch.policies.iteration import IterationPolicy
-from simbatch.policies.queue_order import check_queue_params
+from simbatch.policies.iteration import IterationParams, IterationPolicy
 from simbatch.sequence import RUNNING, Sequence
 
 
 @dataclass(frozen=True)
-class ContinuousParams:
+class ContinuousParams(IterationParams):
     """vLLM's knob names; ``watermark`` is the fraction of KV kept free when admitting."""
 
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     watermark: float = 0.01
     mix_prefill_decode: bool = False
-    # 2: a step's decodes and prefill chunks on separate streams (StepPlan.micro_batches)
-    streams: int = 1
-    # queue order and priorities (simbatch.policies.queue_order)
-    queue_order: str = "fcfs"
-    max_wait_s: float | None = None
-    preempt_lower_priority: bool = False
-    length_buckets: list[int] = field(default_factory=list)
-    lpm_max_queue: int = 128
 
     def __post_init__(self):
         require(self.max_num_seqs >= 1, "max_num_seqs", "must be >= 1")
-        require(self.streams in (1, 2), "streams", "must be 1 or 2")
         require(self.max_num_batched_tokens >= 1, "max_num_batched_tokens", "must be >= 1")
         require(0 <= self.watermark < 1, "watermark", "must be in [0, 1)")
-        check_queue_params(self)
+        self.check_shared()
 
 
 class ContinuousPolicy(IterationPolicy):

@@ -14,10 +14,32 @@ With prefix caching a queued request is admitted onto its longest cached prefix
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from simbatch.params import require
 from simbatch.plan import StepPlan
 from simbatch.policies.base import Policy
-from simbatch.policies.queue_order import QueueOrder
+from simbatch.policies.queue_order import QueueOrder, check_queue_params
 from simbatch.sequence import FINISHED, RUNNING, Sequence
+
+
+@dataclass(frozen=True)
+class IterationParams:
+    """Knobs continuous batching and chunked prefill share: the queue order and priorities
+    (:mod:`simbatch.policies.queue_order`) and the streams a step may use."""
+
+    queue_order: str = "fcfs"
+    max_wait_s: float | None = None
+    preempt_lower_priority: bool = False
+    length_buckets: list[int] = field(default_factory=list)
+    lpm_max_queue: int = 128
+    # 2: a step's decodes and prefill chunks on separate streams (StepPlan.micro_batches)
+    streams: int = 1
+
+    def check_shared(self) -> None:
+        """``__post_init__`` checks of these knobs (subclasses call it)."""
+        check_queue_params(self)
+        require(self.streams in (1, 2), "streams", "must be 1 or 2")
 
 
 class IterationPolicy(Policy):
