@@ -121,3 +121,19 @@ def test_bad_control_settings_are_one_line_errors(setting, where, capsys):
 
 def test_shipped_scenario_loads():
     assert load_scenario(ROOT / "scenarios" / "slo_control.yaml").data["control"]["kind"] == "slo"
+
+
+def test_terminal_summary_names_the_features_a_run_used():
+    from simbatch.report.table import feature_lines
+
+    assert feature_lines({"prefix_cache": None, "control": None}) == []
+    lines = feature_lines({
+        "prefix_cache": {"token_hit_rate": 0.169, "request_hit_rate": 0.999, "tokens_saved": 3363888},
+        "control": {"kind": "slo", "knob": "max_num_batched_tokens", "start": 4096, "final": 1280,
+                    "mean": 480.6, "decisions": 781},
+        "disaggregation": {"prefill": {"replicas": 2, "busy_frac": 0.306}, "decode": {"replicas": 2, "busy_frac": 0.994},
+                           "transfer_ms": {"mean": 1.99}, "link": {"name": "nvlink3"}},
+    })
+    assert lines[0].startswith("prefix cache  16.9 % of prompt tokens hit")
+    assert "4,096 -> 1,280" in lines[1]
+    assert "2 prefill (30.6 % busy) + 2 decode (99.4 % busy)" in lines[2] and "nvlink3" in lines[2]

@@ -128,4 +128,25 @@ def format_summary(summary: dict, title: str) -> str:
     cm = s.get("cost_model")
     if isinstance(cm, dict):  # which cost model priced the steps, and from what data
         tail.append(f"cost model    {cm.get('kind')} ({cm.get('source')})")
-    return "\n".join(head + [lat] + tail)
+    return "\n".join(head + [lat] + tail + feature_lines(s))
+
+
+def feature_lines(s: dict) -> list[str]:
+    """One line each for the features a run used: prefix cache, controller, disaggregation."""
+    lines = []
+    pc = s.get("prefix_cache")
+    if isinstance(pc, dict):
+        lines.append(f"prefix cache  {fmt_pct(pc.get('token_hit_rate'))} % of prompt tokens hit, "
+                     f"{fmt_pct(pc.get('request_hit_rate'))} % of requests, {fmt_int(pc.get('tokens_saved'))} tokens saved")
+    ctl = s.get("control")
+    if isinstance(ctl, dict):
+        lines.append(f"control       {ctl.get('kind')} on {ctl.get('knob')}: {fmt_num(ctl.get('start'))} -> "
+                     f"{fmt_num(ctl.get('final'))} (mean {fmt_num(ctl.get('mean'))}, {ctl.get('decisions')} decisions)")
+    dis = s.get("disaggregation")
+    if isinstance(dis, dict):
+        pre, dec = dis.get("prefill") or {}, dis.get("decode") or {}
+        transfer = (dis.get("transfer_ms") or {}).get("mean")
+        lines.append(f"split         {pre.get('replicas')} prefill ({fmt_pct(pre.get('busy_frac'))} % busy) + "
+                     f"{dec.get('replicas')} decode ({fmt_pct(dec.get('busy_frac'))} % busy), "
+                     f"KV transfer {fmt_num(transfer)} ms mean over {(dis.get('link') or {}).get('name')}")
+    return lines
