@@ -11,6 +11,10 @@ _API = ("load_scenario", "run", "compare", "validate", "write_compare", "RunOutp
 
 
 def __getattr__(name):
+    if name == "scenarios_dir":
+        from simbatch.bundled import scenarios_dir
+
+        return scenarios_dir
     if name in _API:
         from simbatch import api
 
@@ -18,4 +22,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'simbatch' has no attribute {name!r}")
 
 
-__all__ = list(_API)
+__all__ = [*_API, "scenarios_dir"]

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         command.run(args)
     except SimbatchError as exc:
         if getattr(args, "scenario", None):
-            from simbatch.commands.common import resolve_scenario_path
+            from simbatch.bundled import resolve_scenario_path
             from simbatch.scenario import locate
 
             exc = locate(exc, resolve_scenario_path(args.scenario), getattr(args, "overrides", []))

@@ -333,8 +333,10 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
-    """Read, override and check the scenario at ``path``."""
-    path = Path(path)
+    """Read, override and check the scenario at ``path`` (or a bundled one by name, e.g. ``"chat"``)."""
+    from simbatch.bundled import resolve_scenario_path
+
+    path = resolve_scenario_path(path)
     data = apply_overrides(read_yaml(path), overrides or [])
     return from_dict(data, str(path), path.resolve().parent)
 

@@ -55,3 +55,14 @@ def test_classroom_static_batch_idles_the_short_requests_slot():
                                                                      "policy.max_num_seqs=2"]))
     assert cont.summary["padding_waste_frac"] == 0
     assert cont.summary["duration_s"] < out.summary["duration_s"]
+
+
+def test_bundled_scenarios_load_by_name_and_the_folder_is_public(tmp_path, monkeypatch):
+    import simbatch
+
+    folder = simbatch.scenarios_dir()
+    assert (folder / "chat.yaml").is_file()
+    assert simbatch.load_scenario("chat").name == "chat"
+    # a file of that name in the working directory is not shadowed (only bare names resolve)
+    monkeypatch.chdir(tmp_path)
+    assert simbatch.load_scenario("classroom").source.endswith("classroom.yaml")

@@ -15,25 +15,15 @@ Every number below comes from simbatch's roofline cost model (Llama-2-7B and Lla
 we build tiny scenarios, run them through the simulator, and read the steps it priced. Nothing is typed in by hand.
 '''),
 ("code", r'''
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from simbatch import load_scenario, run
+from simbatch import load_scenario, run, scenarios_dir
 
 
-def find_root(start: Path = Path.cwd()) -> Path:
-    """The simbatch checkout this notebook lives in (the folder holding scenarios/)."""
-    for folder in (start, *start.parents):
-        if (folder / "scenarios" / "classroom.yaml").is_file():
-            return folder
-    raise FileNotFoundError("run this notebook from inside the simbatch repository (e.g. notebooks/)")
-
-
-ROOT = find_root()
-SCEN = ROOT / "scenarios"
+SCEN = scenarios_dir()  # the bundled scenarios/ of this checkout
+ROOT = SCEN.parent
 GPU_COLORS = {"l4": "#E69F00", "a100-80gb": "#0072B2", "h100-sxm": "#009E73", "h200": "#CC79A7"}
 pd.set_option("display.precision", 3)
 print("scenarios from", SCEN)

@@ -14,8 +14,6 @@ CELLS = [
 - What that means for throughput and latency on real traffic.
 '''),
 ("code", r'''
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -23,19 +21,11 @@ from IPython.display import HTML, display
 from matplotlib.animation import FuncAnimation
 from matplotlib.patches import Patch, Rectangle
 
-from simbatch import POLICY_ORDER, compare, load_scenario, run
+from simbatch import POLICY_ORDER, compare, load_scenario, run, scenarios_dir
 
 
-def find_root(start: Path = Path.cwd()) -> Path:
-    """The simbatch checkout this notebook lives in (the folder holding scenarios/)."""
-    for folder in (start, *start.parents):
-        if (folder / "scenarios" / "classroom.yaml").is_file():
-            return folder
-    raise FileNotFoundError("run this notebook from inside the simbatch repository (e.g. notebooks/)")
-
-
-ROOT = find_root()
-SCEN = ROOT / "scenarios"
+SCEN = scenarios_dir()  # the bundled scenarios/ of this checkout
+ROOT = SCEN.parent
 POLICY_COLORS = {"static": "#D55E00", "dynamic": "#E69F00", "continuous": "#0072B2", "chunked_prefill": "#009E73"}
 pd.set_option("display.precision", 3)
 print(POLICY_ORDER)

@@ -14,25 +14,15 @@ CELLS = [
   We measure the **chunk-size trade-off between TTFT and inter-token latency (ITL)** on chat traffic.
 '''),
 ("code", r'''
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from simbatch import load_scenario, run
+from simbatch import load_scenario, run, scenarios_dir
 
 
-def find_root(start: Path = Path.cwd()) -> Path:
-    """The simbatch checkout this notebook lives in (the folder holding scenarios/)."""
-    for folder in (start, *start.parents):
-        if (folder / "scenarios" / "classroom.yaml").is_file():
-            return folder
-    raise FileNotFoundError("run this notebook from inside the simbatch repository (e.g. notebooks/)")
-
-
-ROOT = find_root()
-SCEN = ROOT / "scenarios"
+SCEN = scenarios_dir()  # the bundled scenarios/ of this checkout
+ROOT = SCEN.parent
 COLORS = {"continuous": "#D55E00", "chunked_prefill": "#009E73"}
 pd.set_option("display.precision", 1)
 '''),

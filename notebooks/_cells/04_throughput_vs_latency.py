@@ -25,21 +25,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from simbatch import load_scenario, run
+from simbatch import load_scenario, run, scenarios_dir
 from simbatch.executors import make_executor
 from simbatch.sweep import parse_grid_args, run_sweep
 
 
-def find_root(start: Path = Path.cwd()) -> Path:
-    """The simbatch checkout this notebook lives in (the folder holding scenarios/)."""
-    for folder in (start, *start.parents):
-        if (folder / "scenarios" / "classroom.yaml").is_file():
-            return folder
-    raise FileNotFoundError("run this notebook from inside the simbatch repository (e.g. notebooks/)")
-
-
-ROOT = find_root()
-SCEN = ROOT / "scenarios"
+SCEN = scenarios_dir()  # the bundled scenarios/ of this checkout
+ROOT = SCEN.parent
 WORK = Path(tempfile.mkdtemp(prefix="simbatch-nb04-"))  # sweep files go here, not into the repository...
 atexit.register(shutil.rmtree, WORK, ignore_errors=True)  # ...and go away with the kernel
 CAPS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]

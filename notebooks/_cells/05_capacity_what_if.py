@@ -28,22 +28,14 @@ import pandas as pd
 import yaml
 from IPython.display import display
 
-from simbatch import load_scenario, run
+from simbatch import load_scenario, run, scenarios_dir
 from simbatch.capacity import (capacity_table, expand, explain_boundary, explain_sizing, find_capacity,
                                format_table, parse_slos, price_table)
 from simbatch.executors import make_executor
 
 
-def find_root(start: Path = Path.cwd()) -> Path:
-    """The simbatch checkout this notebook lives in (the folder holding scenarios/)."""
-    for folder in (start, *start.parents):
-        if (folder / "scenarios" / "classroom.yaml").is_file():
-            return folder
-    raise FileNotFoundError("run this notebook from inside the simbatch repository (e.g. notebooks/)")
-
-
-ROOT = find_root()
-SCEN = ROOT / "scenarios"
+SCEN = scenarios_dir()  # the bundled scenarios/ of this checkout
+ROOT = SCEN.parent
 pd.set_option("display.precision", 3)
 '''),
 ("md", r'''

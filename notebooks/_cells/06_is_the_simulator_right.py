@@ -20,14 +20,12 @@ Without it, every cell prints a short "skipped" message instead of failing. The 
 Llama-shaped decoder with random weights: no download. The measured side runs in wall-clock time, about 20 s.
 '''),
 ("code", r'''
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from IPython.display import display
 
-from simbatch import load_scenario, validate
+from simbatch import load_scenario, scenarios_dir, validate
 
 try:
     import torch  # noqa: F401  (the real model runs on it)
@@ -42,14 +40,6 @@ if not HAVE_TORCH:
     print(f"(importing torch said: {WHY})")
 
 
-def find_root(start: Path = Path.cwd()) -> Path:
-    """The simbatch checkout this notebook lives in (the folder holding scenarios/)."""
-    for folder in (start, *start.parents):
-        if (folder / "scenarios" / "classroom.yaml").is_file():
-            return folder
-    raise FileNotFoundError("run this notebook from inside the simbatch repository (e.g. notebooks/)")
-
-
 def with_validation(cell):
     """Run a cell's body on the validation result, or say why it is skipped (no torch)."""
     if VALIDATION is None:
@@ -59,8 +49,8 @@ def with_validation(cell):
     return cell
 
 
-ROOT = find_root()
-SCEN = ROOT / "scenarios"
+SCEN = scenarios_dir()  # the bundled scenarios/ of this checkout
+ROOT = SCEN.parent
 pd.set_option("display.precision", 3)
 '''),
 ("md", r'''

@@ -10,20 +10,6 @@ DEFAULT_SCENARIO = "classroom"
 MAX_NOTES = 3  # per run on the terminal; run.log keeps them all
 
 
-def bundled_scenario(name: str) -> Path:
-    """Path of a scenario in the source tree's ``scenarios/`` (used when SCENARIO is a bare name)."""
-    return Path(__file__).resolve().parents[2] / "scenarios" / f"{name}.yaml"
-
-
-def resolve_scenario_path(arg: str) -> Path:
-    """A file path as given, else a bundled scenario by name (``chat``, ``classroom``...)."""
-    path = Path(arg)
-    if path.exists() or path.suffix in (".yaml", ".yml"):
-        return path
-    bundled = bundled_scenario(arg)
-    return bundled if bundled.exists() else path
-
-
 def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
     """SCENARIO, ``--set KEY=VALUE`` (repeatable) and ``--out DIR``."""
     p.add_argument("scenario", nargs="?", default=DEFAULT_SCENARIO,
@@ -37,7 +23,7 @@ def load(args):
     """The scenario named by ``args.scenario`` with ``args.overrides`` applied."""
     from simbatch.scenario import load_scenario
 
-    return load_scenario(resolve_scenario_path(args.scenario), args.overrides)
+    return load_scenario(args.scenario, args.overrides)
 
 
 def print_notes(messages: list[str], prefix: str = "note") -> None:
