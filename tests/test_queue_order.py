@@ -167,3 +167,18 @@ def test_bad_value_names_file_line_and_field(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"{path}:7: policy.queue_order: unknown order 'lifo'" in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("kind", ["continuous", "chunked_prefill"])
+@pytest.mark.parametrize("order, preempted", [("fcfs", [0, 1]), ("priority", [1, 0])])
+def test_kv_pressure_preempts_the_newest_or_under_priority_the_least_important(kind, order, preempted):
+    # Two long requests outgrow a 287-block KV cache; the important one (class 0) came second.
+    reqs = [{"prompt": 1000, "output": 1500, "priority": 2, "arrival_s": 0.0},
+            {"prompt": 1000, "output": 1500, "priority": 0, "arrival_s": 0.01}]
+    sc = from_dict({"workload": {"requests": reqs}, "model": "llama-2-7b", "hardware": "a100-80gb",
+                    "cost_model": {"kind": "roofline"}, "kv_cache": {"gpu_memory_utilization": 0.185},
+                    "policy": {"kind": kind, "queue_order": order, "chunk_size": 1024} if kind == "chunked_prefill"
+                    else {"kind": kind, "queue_order": order}})
+    result = simulate(sc)
+    assert [min(n, 1) for n in result.log.num_preemptions.tolist()] == preempted
+    assert np.isfinite(result.log.finish_s).all()

@@ -165,11 +165,16 @@ class IterationPolicy(Policy):
         return True
 
     def newest_victim(self, protected: frozenset[int]) -> Sequence:
-        """Remove and return the most recently admitted running request not in ``protected``."""
-        for i in range(len(self.running) - 1, -1, -1):
-            if self.running[i].id not in protected:
-                return self.running.pop(i)
-        raise RuntimeError("no running request can be preempted")
+        """Remove and return the running request to preempt when KV runs short: the most
+        recently admitted one not in ``protected`` or, under ``queue_order: priority``, the
+        newest of the least important class (as vLLM's priority scheduling does)."""
+        running = self.running
+        candidates = [i for i in range(len(running)) if running[i].id not in protected]
+        if not candidates:
+            raise RuntimeError("no running request can be preempted")
+        if self.params.queue_order == "priority":
+            return running.pop(max(candidates, key=lambda i: (running[i].priority, i)))
+        return running.pop(candidates[-1])
 
     def preempt(self, seq: Sequence) -> None:
         """Recompute preemption: free ``seq``'s KV and put it at the head of the queue
