@@ -268,15 +268,37 @@ def apply_overrides(data: dict, overrides: list[str], source: str = "--set") -> 
 
 
 def set_dotted(data: dict, key: str, value, label: str) -> None:
-    """Set dotted ``key`` (``a.b.c``) in ``data`` in place, creating missing sections."""
+    """Set dotted ``key`` (``a.b.c``, list items as ``a.b[1].c``) in ``data`` in place,
+    creating missing sections (list items must exist)."""
+    steps: list[str | int] = []
+    for part in key.split("."):
+        m = re.fullmatch(r"([^\[\]]+)((?:\[\d+\])*)", part)
+        if m is None:
+            raise SimbatchError(label, f"bad field name {part!r}; use a.b.c, or a.b[1].c for a list item")
+        steps.append(m.group(1))
+        steps.extend(int(i) for i in re.findall(r"\[(\d+)\]", m.group(2)))
     node = data
-    *parents, last = key.split(".")
-    for part in parents:
-        if node.get(part) is None:
-            node[part] = {}
-        if not isinstance(node[part], dict):
-            raise SimbatchError(label, f"{part} is not a section")
-        node = node[part]
+    for here, step in zip(steps, steps[1:]):
+        if isinstance(here, int):
+            if not isinstance(node, list) or here >= len(node):
+                raise SimbatchError(label, f"no list item [{here}] to set")
+            node = node[here]
+            continue
+        if not isinstance(node, dict):
+            raise SimbatchError(label, f"{here} is not inside a section")
+        if node.get(here) is None:
+            node[here] = [] if isinstance(step, int) else {}
+        node = node[here]
+        if isinstance(step, int) and not isinstance(node, list):
+            raise SimbatchError(label, f"{here} is not a list")
+        if isinstance(step, str) and not isinstance(node, (dict, list)):
+            raise SimbatchError(label, f"{here} is not a section")
+    last = steps[-1]
+    if isinstance(last, int):
+        if not isinstance(node, list) or last >= len(node):
+            raise SimbatchError(label, f"no list item [{last}] to set")
+    elif not isinstance(node, dict):
+        raise SimbatchError(label, f"cannot set {last} here")
     node[last] = value
 
 

@@ -284,3 +284,10 @@ def test_bad_router_on_the_command_line_is_a_one_line_error(capsys):
 def test_the_shipped_scenario_lists_every_router_for_compare():
     data = yaml.safe_load((ROOT / "scenarios" / "cluster_routing.yaml").read_text())
     assert data["cluster"]["routers"] == list(ROUTERS)
+
+
+def test_set_reaches_one_replica_group(tmp_path):
+    sc = load_scenario(ROOT / "scenarios" / "cluster_routing.yaml", ["cluster.replicas[1].hardware=h100-sxm"])
+    assert [g.hardware for g in sc.cluster.groups][1] == "h100-sxm"
+    with pytest.raises(Exception, match=r"no list item \[7\]"):
+        load_scenario(ROOT / "scenarios" / "cluster_routing.yaml", ["cluster.replicas[7].hardware=h100-sxm"])
