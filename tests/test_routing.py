@@ -22,6 +22,8 @@ from simbatch.sequence import Sequence
 from simkit import RecordingBackend, workload_of
 
 ROOT = Path(__file__).resolve().parents[1]
+# The routers cluster_routing.yaml compares: prefix_aware needs a prefix cache, which it has not.
+LOAD_ROUTERS = tuple(r for r in ROUTERS if r != "prefix_aware")
 
 
 def simulate_cluster(router: str, triples, replicas: list[dict]):
@@ -241,9 +243,12 @@ def test_with_policy_drops_group_policies_of_another_kind():
 def test_compare_puts_routers_side_by_side():
     sc = load_scenario(ROOT / "scenarios" / "cluster_routing.yaml", ["workload.synthetic.num_requests=200"])
     runs, table = compare(sc, jobs=1)
-    assert list(runs) == list(ROUTERS) == table["policy"].tolist()
+    assert list(runs) == list(LOAD_ROUTERS) == table["policy"].tolist()
     assert (table["completed"] == 200).all()
-    assert len({tuple(r.requests["replica"]) for r in runs.values()}) == len(ROUTERS)  # they route differently
+    assert len({tuple(r.requests["replica"]) for r in runs.values()}) == len(LOAD_ROUTERS)  # they route differently
+    # without a prefix cache, prefix-aware routing is least-outstanding routing
+    again, _ = compare(sc, jobs=1, routers=["least_outstanding", "prefix_aware"])
+    assert again["least_outstanding"].requests["replica"].equals(again["prefix_aware"].requests["replica"])
     runs, table = compare(sc, ["continuous", "chunked_prefill"], jobs=1, routers=["round_robin"])
     assert table["policy"].tolist() == ["continuous+round_robin", "chunked_prefill+round_robin"]
 
@@ -283,7 +288,7 @@ def test_bad_router_on_the_command_line_is_a_one_line_error(capsys):
 
 def test_the_shipped_scenario_lists_every_router_for_compare():
     data = yaml.safe_load((ROOT / "scenarios" / "cluster_routing.yaml").read_text())
-    assert data["cluster"]["routers"] == list(ROUTERS)
+    assert data["cluster"]["routers"] == list(LOAD_ROUTERS)
 
 
 def test_set_reaches_one_replica_group(tmp_path):
@@ -291,3 +296,22 @@ def test_set_reaches_one_replica_group(tmp_path):
     assert [g.hardware for g in sc.cluster.groups][1] == "h100-sxm"
     with pytest.raises(Exception, match=r"no list item \[7\]"):
         load_scenario(ROOT / "scenarios" / "cluster_routing.yaml", ["cluster.replicas[7].hardware=h100-sxm"])
+
+
+def test_prefix_aware_routing_keeps_conversations_where_their_cache_is():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from prefixkit import shared_prefix_requests
+
+    reqs = shared_prefix_requests(1, num_requests=400, rate=20.0, mode="session")
+
+    def hit_rate(router):
+        sc = from_dict({"workload": {"requests": reqs}, "model": "llama-2-7b", "hardware": "a100-80gb",
+                        "cost_model": {"kind": "roofline"}, "kv_cache": {"prefix_caching": True},
+                        "cluster": {"replicas": 4, "router": router}, "policy": {"kind": "chunked_prefill"}})
+        out = run(sc)
+        assert out.summary["completed"] == 400
+        return out.summary["prefix_cache"]["token_hit_rate"]
+
+    assert hit_rate("prefix_aware") > hit_rate("round_robin") + 0.05

@@ -94,6 +94,35 @@ class LeastKVRouter(Router):
         return (kv.num_used + queued + kv.blocks_needed(seq, seq.num_remaining)) / kv.num_blocks
 
 
+class PrefixAwareRouter(Router):
+    """Most cached prefix, weighed against load (vLLM production-stack's load-aware KV-cache
+    routing; SGLang's router and llm-d's prefix scorer share the idea).
+
+    Each candidate scores ``hit / prompt - beta x (load - mean load) / max(1, mean load)``,
+    where ``hit`` is the prompt tokens its prefix cache already holds for the request
+    (``KVCache.match``), ``load`` its requests queued + running, and the highest score
+    wins (``beta = 1``): a warm replica keeps a conversation unless it is much busier than
+    the rest. Without prefix caching every hit is 0 and it balances load alone.
+    """
+
+    name = "prefix_aware"
+    beta = 1.0
+
+    def pick(self, seq: Sequence, candidates: list, now: float):
+        if len(candidates) == 1:
+            return candidates[0]
+        loads = [r.policy.num_waiting + num_running(r.policy) for r in candidates]
+        mean = sum(loads) / len(loads)
+        prompt = max(1, seq.num_tokens)
+        best, best_score = candidates[0], float("-inf")
+        for replica, load in zip(candidates, loads):
+            hit = replica.policy.kv.match(seq)[0]
+            score = hit / prompt - self.beta * (load - mean) / max(1.0, mean)
+            if score > best_score:  # strictly better: ties stay with the lower index
+                best, best_score = replica, score
+        return best
+
+
 class LatencyAwareRouter(Router):
     """Lowest predicted TTFT, priced by each replica's own cost model.
 
@@ -175,7 +204,8 @@ class StepClock:
 
 
 ROUTER_CLASSES: dict[str, type[Router]] = {
-    cls.name: cls for cls in (RoundRobinRouter, LeastOutstandingRouter, LeastKVRouter, LatencyAwareRouter)
+    cls.name: cls for cls in (RoundRobinRouter, LeastOutstandingRouter, LeastKVRouter, LatencyAwareRouter,
+                              PrefixAwareRouter)
 }
 ROUTERS = tuple(ROUTER_CLASSES)
 
