@@ -246,3 +246,30 @@ def test_a_top_level_policy_a_pool_cannot_run_names_the_policy_field():
         from_dict(data)
     data["disaggregation"]["enabled"] = False  # the colocated layout may run any policy
     assert from_dict(data).is_disaggregated is False
+
+
+@pytest.mark.parametrize("mode", ["hash", "session"])
+def test_the_prefill_pool_reuses_cached_prefixes_and_still_sends_the_whole_prompt(mode):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from prefixkit import shared_prefix_requests
+
+    from simbatch.api import run
+    from simbatch.scenario import from_dict
+
+    reqs = shared_prefix_requests(2, num_requests=200, rate=8.0, mode=mode)
+
+    def split(caching: bool):
+        return run(from_dict({
+            "workload": {"requests": reqs}, "model": "llama-2-7b", "hardware": "a100-80gb",
+            "cost_model": {"kind": "roofline"}, "kv_cache": {"prefix_caching": caching, "hash_block_size": 64},
+            "policy": {"kind": "chunked_prefill"},
+            "disaggregation": {"prefill": {"replicas": 1}, "decode": {"replicas": 1}, "link": "nvlink"}})).summary
+
+    off, on = split(False), split(True)
+    assert on["completed"] == off["completed"] == 200
+    assert on["prefix_cache"]["token_hit_rate"] > 0.2 and off["prefix_cache"] is None
+    # cached tokens skip prefill compute, but the decode replica still needs the whole prompt's KV
+    assert on["disaggregation"]["prefill"]["busy_frac"] < off["disaggregation"]["prefill"]["busy_frac"]
+    assert on["disaggregation"]["kv_bytes_transferred"] == off["disaggregation"]["kv_bytes_transferred"]

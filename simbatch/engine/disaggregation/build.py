@@ -27,9 +27,9 @@ from simbatch.engine.simulation import (
 )
 from simbatch.errors import SimbatchError
 from simbatch.eventlog import EventLog
-from simbatch.kvcache import KVCache
 from simbatch.models import ModelSpec, get_model
 from simbatch.policies import parse_policy
+from simbatch.prefix_cache import build_kv_cache, prefix_labels
 from simbatch.scenario import Scenario
 from simbatch.sequence import Sequence
 from simbatch.workload import Workload, build_workload
@@ -84,11 +84,14 @@ def build_replicas(env, scenario: Scenario, pools: list[PoolSetup], log: EventLo
     """Each pool's replicas (own KV cache and policy) and its router."""
     kv_params = scenario.kv_cache
     replicas, routers, index = [], [], 0
-    for pool, cls, cache in zip(pools, (PrefillReplica, DecodeReplica), (KVCache, DecodeKVCache)):
+    for pool, cls, cache in zip(pools, (PrefillReplica, DecodeReplica), (None, DecodeKVCache)):
         router_cls = ROUTER_CLASSES[pool.router]
         members = []
         for _ in range(pool.count):
-            kv = cache(pool.kv_blocks, kv_params.block_size, kv_params.mode)
+            if cache is None:  # prefill replicas: a prefix cache when kv_cache.prefix_caching says so
+                kv = build_kv_cache(pool.kv_blocks, kv_params, pool.policy_cls, log)
+            else:
+                kv = cache(pool.kv_blocks, kv_params.block_size, kv_params.mode)
             policy = pool.policy_cls(pool.policy_params, kv, note=log.note)
             backend = StepClock(pool.backend, env) if router_cls.needs_step_clock else pool.backend
             members.append(cls(env, index, policy, backend, log, seqs, fast_forward))
@@ -107,6 +110,7 @@ def dispatch_prefill(env, workload: Workload, prefill: list, decode_limits: list
     output = workload.output_tokens.tolist()
     priority = workload.priority.tolist() if workload.priority is not None else [0] * len(arrival)
     ceiling = max(decode_limits)
+    labels = prefix_labels(workload, prefill, log)  # None unless the prefill pool caches prefixes
     rejected = 0
     log.arrival_s[:] = workload.arrival_s
     for i, t in enumerate(arrival):
@@ -116,7 +120,7 @@ def dispatch_prefill(env, workload: Workload, prefill: list, decode_limits: list
         if not candidates or prompt[i] + output[i] > ceiling:
             rejected += 1
             continue
-        seq = Sequence(i, t, prompt[i], 1, priority[i])
+        seq = Sequence(i, t, prompt[i], 1, priority[i], labels[i] if labels else None)
         seqs[i] = seq
         replica = router.pick(seq, candidates if len(candidates) < len(prefill) else prefill, env.now)
         log.replica[i] = replica.index

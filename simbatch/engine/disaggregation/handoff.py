@@ -30,6 +30,7 @@ Decisions (docs/policies.md, "Prefill/decode disaggregation"):
 
 from __future__ import annotations
 
+import copy
 import math
 
 from simbatch.engine.replica import Replica
@@ -37,20 +38,11 @@ from simbatch.kvcache import KVCache
 from simbatch.sequence import FINISHED, Sequence
 
 
-class KVHold:
-    """KV blocks a prefill replica keeps for a request after its prefill, until its transfer ends."""
-
-    __slots__ = ("num_blocks",)
-
-    def __init__(self, num_blocks: int):
-        self.num_blocks = num_blocks
-
-
 class PrefillReplica(Replica):
     """A prefill-pool replica: every request it serves stops at its first token (``output_tokens``
     1), which it emits (TTFT) and hands to :attr:`handoff` instead of retiring the request."""
 
-    handoff: "Handoff" = None  # set by the builder
+    handoff: Handoff = None  # set by the builder
 
     def emit(self, seq: Sequence, step: int, end: float, extends: bool) -> None:
         seq.run_first = seq.run_last = step  # one token, one run (it never emitted before)
@@ -60,7 +52,7 @@ class PrefillReplica(Replica):
         seq.status = FINISHED  # the policy retires it; its blocks go to the transfer first
         self.handoff.prefilled(self, seq, end)
 
-    def release(self, hold: KVHold) -> None:
+    def release(self, hold: Sequence) -> None:
         """A transfer ended: free its source blocks and wake the replica if it idles (its queue
         may have been waiting for them)."""
         self.policy.kv.free(hold)
@@ -125,8 +117,12 @@ class Handoff:
             log.num_emitted[rid] = 1
             log.num_preemptions[rid] = seq.num_preemptions
             return
-        hold = KVHold(seq.num_blocks)
-        seq.num_blocks = 0  # the policy's free() of the finished request now frees nothing
+        # The blocks stay with a copy of the request (its block table, shared prefix blocks
+        # included) until the transfer ends; the policy's free() of the finished request
+        # then frees nothing.
+        hold = copy.copy(seq)
+        seq.num_blocks = seq.num_cached_blocks = 0
+        seq.prefix = None
         nxt = decode_sequence(seq, output)
         target = self.pick_decode(nxt, end)
         nbytes = seq.prompt_tokens * self.kv_bytes_per_token
@@ -146,7 +142,7 @@ class Handoff:
             candidates = [r for r, lim in zip(self.decode, self.decode_limits) if total <= lim]
         return self.router.pick(seq, candidates, now)
 
-    def transfer(self, source: PrefillReplica, hold: KVHold, target: DecodeReplica, seq: Sequence, done: float):
+    def transfer(self, source: PrefillReplica, hold: Sequence, target: DecodeReplica, seq: Sequence, done: float):
         """SimPy process: wait for the transfer to end, free the source blocks, queue the decode."""
         yield self.env.timeout(done - self.env.now)
         source.release(hold)
