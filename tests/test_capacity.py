@@ -317,3 +317,32 @@ def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, e
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"simbatch: error: {where}") and "\n" not in err
     assert not (tmp_path / "o").exists()
+
+
+def test_split_candidates_size_both_pools_in_their_ratio(tmp_path, capsys):
+    from simbatch.capacity.candidates import candidate_scenario
+
+    sc = fifo_scenario(5.0, n=20).with_policy("continuous")
+    cands = expand(sc, ["continuous"], None, None, [2], [3], [None, (1, 3)])
+    assert [c.split for c in cands] == [None, (1, 3)]
+    colocated, split = cands
+    assert colocated.gpus_per_replica == 2 and split.gpus_per_replica == 8
+    pools = candidate_scenario(sc, split, 1.0, 0).disaggregation
+    assert pools.enabled and (pools.prefill.replicas, pools.decode.replicas) == (3, 9)
+    assert pools.prefill.tensor_parallel == pools.decode.tensor_parallel == 2
+    assert not candidate_scenario(sc.with_layout("disaggregated") if sc.disaggregation else sc, colocated,
+                                  1.0, 0).is_disaggregated
+
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    out = tmp_path / "cap"
+    assert main(["capacity", str(path), "--slo", "ttft_p99_ms=500", "--policies", "continuous",
+                 "--splits", "colocated,1:1", "--seeds", "0", "--tolerance", "0.3", "--target-rate", "8",
+                 "--executor", "inline", "--out", str(out)]) == 0
+    table = pd.read_csv(out / "capacity.csv").set_index("split")
+    assert set(table.index) == {"colocated", "1P+1D"}
+    # a unit of 1P+1D is two GPUs: its GPUs and dollars at the target count both pools
+    assert table.loc["1P+1D", "target_gpus"] == 2 * table.loc["1P+1D", "target_replicas"]
+    assert table.loc["1P+1D", "gpus"] == 2 * table.loc["colocated", "gpus"]
+    assert main(["capacity", str(path), "--splits", "2-2"]) == 2
+    assert "--splits" in capsys.readouterr().err

@@ -25,18 +25,35 @@ MIDDLE_TRIM = 0.1  # the keep-up check looks at the middle 80 % of requests (see
 
 @dataclass(frozen=True)
 class Candidate:
-    """One configuration. ``hardware`` / ``model`` None: the scenario's own (a mapping)."""
+    """One configuration. ``hardware`` / ``model`` None: the scenario's own (a mapping).
+
+    ``split`` (prefill, decode) makes it prefill/decode disaggregated: each of its
+    ``replicas`` units is ``prefill`` prefill replicas plus ``decode`` decode replicas
+    (all of TP ``tp``), so sizing scales both pools together, in that ratio.
+    """
 
     policy: str
     hardware: str | None
     model: str | None
     tp: int
     replicas: int
+    split: tuple[int, int] | None = None
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs of one replica (one unit of a split candidate)."""
+        return self.tp * (sum(self.split) if self.split else 1)
+
+    @property
+    def split_name(self) -> str:
+        """``2P+2D`` for a split candidate, ``colocated`` otherwise."""
+        return f"{self.split[0]}P+{self.split[1]}D" if self.split else "colocated"
 
     def label(self, gpu_name: str | None = None) -> str:
-        """``continuous on a100-80gb tp1 x2``."""
+        """``continuous on a100-80gb tp1 x2`` (``... x2 of 1P+3D`` when split)."""
         model = f" {self.model}" if self.model else ""
-        return f"{self.policy} on {self.hardware or gpu_name or 'custom'}{model} tp{self.tp} x{self.replicas}"
+        split = f" of {self.split_name}" if self.split else ""
+        return f"{self.policy} on {self.hardware or gpu_name or 'custom'}{model} tp{self.tp} x{self.replicas}{split}"
 
     def with_replicas(self, n: int) -> Candidate:
         """The same configuration with ``n`` replicas."""
@@ -55,8 +72,10 @@ class Probe:
 
 
 def expand(scenario: Scenario, policies: list[str], hardware: list[str] | None, models: list[str] | None,
-           tps: list[int] | None, replicas: list[int] | None) -> list[Candidate]:
-    """Every combination of the lists; a list left None takes the scenario's value."""
+           tps: list[int] | None, replicas: list[int] | None,
+           splits: list[tuple[int, int] | None] | None = None) -> list[Candidate]:
+    """Every combination of the lists; a list left None takes the scenario's value (``splits``:
+    colocated only; ``None`` in it stands for colocated)."""
     d = scenario.data
     hardware = hardware or [_preset_name(d["hardware"])]
     models = models or [_preset_name(d["model"])]
@@ -66,8 +85,8 @@ def expand(scenario: Scenario, policies: list[str], hardware: list[str] | None, 
         bad = [v for v in values if v < 1]
         if bad:
             raise SimbatchError(name, f"expected positive integers, got {bad[0]}")
-    return [Candidate(p, h, m, t, r)
-            for p, h, m, t, r in itertools.product(policies, hardware, models, tps, replicas)]
+    return [Candidate(p, h, m, t, r, sp)
+            for p, h, m, t, r, sp in itertools.product(policies, hardware, models, tps, replicas, splits or [None])]
 
 
 def _preset_name(value) -> str | None:
@@ -93,6 +112,14 @@ def candidate_scenario(scenario: Scenario, cand: Candidate, scale: float, seed: 
     if cand.model:
         data["model"] = cand.model
     data["cluster"] = {**(data.get("cluster") or {}), "tensor_parallel": cand.tp, "replicas": cand.replicas}
+    dis = data.get("disaggregation")
+    if cand.split:  # the scenario's link and pool settings, these sizes
+        dis = dict(dis or {"link": "nvlink"})
+        for pool, count in zip(("prefill", "decode"), cand.split):
+            dis[pool] = {**(dis.get(pool) or {}), "replicas": count * cand.replicas, "tensor_parallel": cand.tp}
+        data["disaggregation"] = {**dis, "enabled": True}
+    elif dis is not None:
+        data["disaggregation"] = {**dis, "enabled": False}  # a colocated candidate is colocated
     workload = data["workload"]
     workload["rate_scale"] = float(workload.get("rate_scale", 1.0)) * scale
     data["seed"] = seed

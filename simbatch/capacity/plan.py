@@ -139,7 +139,8 @@ class Prober:
         rows = []
         for (c, k, s), (record, v) in self.records.items():
             rows.append({"policy": c.policy, "hardware": gpu_names[c.with_replicas(1)], "model": c.model or "",
-                         "tp": c.tp, "replicas": c.replicas, "scale": k, "rate": k * base_rate, "seed": s,
+                         "tp": c.tp, "replicas": c.replicas, "split": c.split_name, "scale": k,
+                         "rate": k * base_rate, "seed": s,
                          **record, "holds": v.holds, "why_not": "; ".join(v.reasons)})
         return rows
 

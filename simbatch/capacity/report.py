@@ -44,10 +44,11 @@ def _row(result: CapacityResult, b: Boundary, prices: dict[str, float]) -> dict:
     c, base = b.candidate, result.base_rate
     gpu = result.gpu_names[c]
     price = prices.get(gpu.lower(), math.nan)
-    gpus = c.tp * c.replicas
+    gpus = c.gpus_per_replica * c.replicas
     max_rate = b.lo * base if b.lo else math.nan
     row = {
         "policy": c.policy, "hardware": gpu, "model": c.model or "", "tp": c.tp, "replicas": c.replicas,
+        "split": c.split_name,
         "gpus": gpus, "max_rate": max_rate, "max_rate_per_gpu": max_rate / gpus,
         "fail_rate": b.hi * base if b.hi else math.nan, "scale_lo": b.lo, "scale_hi": b.hi,
         "usd_per_gpu_hour": price, "usd_per_hour": gpus * price,
@@ -60,8 +61,8 @@ def _row(result: CapacityResult, b: Boundary, prices: dict[str, float]) -> dict:
         s = result.sizing.get(c.with_replicas(1))
         n = s.replicas if s else None
         row.update({"target_rate": result.target_rate, "target_replicas": n,
-                    "target_gpus": n * c.tp if n else None,
-                    "target_usd_per_hour": n * c.tp * price if n else math.nan})
+                    "target_gpus": n * c.gpus_per_replica if n else None,
+                    "target_usd_per_hour": n * c.gpus_per_replica * price if n else math.nan})
     return row
 
 
@@ -79,7 +80,8 @@ def format_table(table: pd.DataFrame, with_target: bool) -> str:
     rows = []
     for r in table.to_dict("records"):
         model = f" {r['model']}" if r["model"] else ""
-        name = f"{r['rank']:>2}. {r['policy']} on {r['hardware']}{model} tp{r['tp']} x{r['replicas']}"
+        split = f" of {r['split']}" if r.get("split", "colocated") != "colocated" else ""
+        name = f"{r['rank']:>2}. {r['policy']} on {r['hardware']}{model} tp{r['tp']} x{r['replicas']}{split}"
         rows.append([name] + [f(r.get(col)) for _, col, f in view])
     return render(["configuration"] + [h for h, _, _ in view], rows)
 
@@ -97,11 +99,13 @@ def explain_boundary(b: Boundary, base_rate: float, gpu_name: str) -> str:
 
 def explain_sizing(s: Sizing, target_rate: float, gpu_name: str) -> str:
     """``for 10 req/s: continuous on a100-80gb tp1 needs 3 replicas (guess 3); 2 fail: ...``."""
-    head = f"{s.group.policy} on {gpu_name}{' ' + s.group.model if s.group.model else ''} tp{s.group.tp}"
+    split = f" as {s.group.split_name}" if s.group.split else ""
+    head = f"{s.group.policy} on {gpu_name}{' ' + s.group.model if s.group.model else ''} tp{s.group.tp}{split}"
     if s.replicas is None:
         return f"for {fmt_num(target_rate)} req/s: {head}: {s.note}"
     why = f"; {s.replicas - 1} fail: {_why(s.below)}" if s.below else ""
-    return (f"for {fmt_num(target_rate)} req/s: {head} needs {s.replicas} replica(s) "
+    unit = "unit(s)" if s.group.split else "replica(s)"
+    return (f"for {fmt_num(target_rate)} req/s: {head} needs {s.replicas} {unit} "
             f"(linear-scaling guess {s.estimate}), verified by simulation{why}")
 
 

@@ -23,6 +23,10 @@ def add_arguments(p) -> None:
     p.add_argument("--model", help="comma-separated model presets (default: the scenario's)")
     p.add_argument("--tp", help="comma-separated tensor-parallel degrees (default: the scenario's)")
     p.add_argument("--replicas", help="comma-separated replica counts (default: the scenario's)")
+    p.add_argument("--splits", help="comma-separated layouts: colocated, or P:D for prefill/decode "
+                                    "disaggregation with P prefill and D decode replicas per unit, e.g. "
+                                    "colocated,1:1,1:3 (default: colocated; link and pool settings from the "
+                                    "scenario's disaggregation section, else NVLink)")
     p.add_argument("--seeds", help="comma-separated seeds; a rate holds only if it holds for all "
                                    "(default: 3 for a random workload, 1 for a fixed trace)")
     p.add_argument("--tolerance", type=float, default=0.05,
@@ -52,7 +56,7 @@ def run(args) -> None:
     hardware = _names(args.hardware, "--hardware", "hardware")
     models = _names(args.model, "--model", "model")
     candidates = expand(scenario, _policies(args.policies), hardware, models,
-                        _ints(args.tp, "--tp"), _ints(args.replicas, "--replicas"))
+                        _ints(args.tp, "--tp"), _ints(args.replicas, "--replicas"), _splits(args.splits))
     seeds = _ints(args.seeds, "--seeds", minimum=0) or default_seeds(scenario)
     prices = price_table(args.price, args.prices, known=_gpu_names(scenario, hardware))
     print(f"{scenario.name}: SLO {slo.describe()}; seeds {','.join(map(str, seeds))}; "
@@ -88,8 +92,9 @@ def _print_explanations(result, table) -> None:
         print(explain_sizing(s, result.target_rate, result.gpu_names[s.group.with_replicas(1)]))
     if result.target_rate and len(table) and table["target_usd_per_hour"].notna().any():
         best = table.iloc[0]
+        unit = "replica(s)" if best.get("split", "colocated") == "colocated" else f"unit(s) of {best['split']}"
         print(f"cheapest for {fmt_num(result.target_rate)} req/s: {best['policy']} on {best['hardware']} "
-              f"tp{best['tp']} x {int(best['target_replicas'])} replica(s) = {int(best['target_gpus'])} GPU(s), "
+              f"tp{best['tp']} x {int(best['target_replicas'])} {unit} = {int(best['target_gpus'])} GPU(s), "
               f"${best['target_usd_per_hour']:.2f}/hour at ${best['usd_per_gpu_hour']:.2f}/GPU-hour "
               f"(preset prices are indicative; see --price)")
 
@@ -117,6 +122,20 @@ def _names(text: str | None, flag: str, what: str) -> list[str] | None:
     names = list(dict.fromkeys(_split(text)))
     get = get_gpu if what == "hardware" else get_model
     return [get(n, flag).name for n in names] or None
+
+
+def _splits(text: str | None) -> list[tuple[int, int] | None] | None:
+    """``colocated,1:3`` -> [None, (1, 3)]; bad items are one-line errors naming ``--splits``."""
+    out: list[tuple[int, int] | None] = []
+    for item in _split(text):
+        if item == "colocated":
+            out.append(None)
+            continue
+        p, sep, d = item.partition(":")
+        if not (sep and p.isdigit() and d.isdigit() and int(p) >= 1 and int(d) >= 1):
+            raise SimbatchError("--splits", f"expected colocated or P:D with positive integers, got {item!r}")
+        out.append((int(p), int(d)))
+    return out or None
 
 
 def _ints(text: str | None, flag: str, minimum: int = 1) -> list[int] | None:
