@@ -137,3 +137,16 @@ def test_two_streams_compute_what_one_stream_does():
     (k2, v2), h2 = out[1]
     assert torch.allclose(k1, k2, atol=ATOL) and torch.allclose(v1, v2, atol=ATOL)
     assert torch.allclose(h1, h2, atol=ATOL)
+
+
+def test_a_finished_row_of_a_padded_batch_reads_its_own_cache():
+    # Static batching keeps a finished request's row in the batch: its padding token's
+    # attention reads that request's KV (distinct memory), not one shared scratch block.
+    b = backend()
+    b.step_cost(StepPlan([0, 1], [10, 25], [0, 0], num_pad_tokens=[15, 0]))
+    b.step_cost(StepPlan([0, 1], [1, 1], [25, 25], num_pad_tokens=[0, 0], num_decode_slots=2))
+    b.step_cost(StepPlan([-1, 1], [0, 1], [26, 26], num_pad_tokens=[1, 0], num_decode_slots=2))
+    index = b.last_inputs.decode_index
+    slot = b.pool.slot(b.pool.tables[0], 0)
+    assert int(index[0, 0]) == slot  # row 0 gathers request 0's blocks
+    assert b.pool.length(0) == 11 and b.pool.length(1) == 27  # and writes nothing there

@@ -90,6 +90,7 @@ class TorchBackend:
         self.last_inputs: StepInputs | list[StepInputs] | None = None  # a list with two streams
         self._clock: Callable[[], float] | None = None
         self._last_end: float | None = None
+        self._owners: dict[int, int] = {}  # padded batches: slot -> request that held it
         self._facts = device_facts(self.device, self.threads)
 
     def bind_clock(self, wall_of_now: Callable[[], float]) -> None:
@@ -108,6 +109,7 @@ class TorchBackend:
         self.steps.clear()
         self._clock = None
         self._last_end = None
+        self._owners = {}
 
     def describe(self) -> dict:
         """What ran: kind, device, dtype, model, KV pool, threads, seed."""
@@ -123,7 +125,9 @@ class TorchBackend:
         base = enter if base is None else min(base, enter)
         self._check_and_reset(plan)
         parts = plan.micro_batches()
-        inputs = [prepare(p, self.pool, self.spec.vocab_size, self.model.max_position, self.device)
+        owners = self._row_owners(plan)
+        inputs = [prepare(p, self.pool, self.spec.vocab_size, self.model.max_position, self.device,
+                          owners if p is plan else None)
                   for p in parts]
         rows = sum(i.num_rows for i in inputs)
         if rows != plan.num_batched_tokens:
@@ -146,6 +150,17 @@ class TorchBackend:
         self.steps.append(record)
         self._last_end = end
         return StepCost(record.seconds, {"overhead": record.overhead_s, "forward": record.forward_s})
+
+    def _row_owners(self, plan: StepPlan) -> dict[int, int] | None:
+        """Slot -> the request that last held it, for a padded batch's padding-only slots
+        (a padded batch keeps its rows in place while they finish)."""
+        if plan.num_pad_tokens is None:
+            self._owners = {}
+            return None
+        for i, rid in enumerate(plan.request_ids):
+            if rid >= 0:
+                self._owners[i] = rid
+        return self._owners
 
     def _forward(self, inputs: list[StepInputs]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """One forward pass per micro-batch: on a GPU each on its own CUDA stream, so the

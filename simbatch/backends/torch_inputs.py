@@ -74,8 +74,14 @@ class StepInputs:
 
 
 def prepare(plan: StepPlan, pool: PagedKVPool, vocab: int, max_position: int,
-            device: torch.device) -> StepInputs:
-    """The step's index tensors, with blocks allocated for every kept token."""
+            device: torch.device, row_owners: dict[int, int] | None = None) -> StepInputs:
+    """The step's index tensors, with blocks allocated for every kept token.
+
+    ``row_owners`` (slot -> request id): for a padding-only decode slot, the finished
+    request that held the row. Its gather then reads that request's cache, as a real
+    static-batching engine's finished row reads its own KV (distinct memory, not one
+    cache-hot scratch block); the row still writes to scratch and sees only its pad.
+    """
     ids, positions, slots, logit_rows, rows = [], [], [], [], {}
     pads = plan.num_pad_tokens or [0] * plan.num_slots
     decode_ctx, decode_len, decode_tables = [], [], []
@@ -85,7 +91,11 @@ def prepare(plan: StepPlan, pool: PagedKVPool, vocab: int, max_position: int,
     for i, (rid, new, ctx, pad) in enumerate(zip(plan.request_ids, plan.num_new_tokens,
                                                   plan.num_context_tokens, pads)):
         cached = pool.length(rid) if rid >= 0 else 0
-        table = pool.ensure(rid, cached + new) if rid >= 0 else []
+        if rid >= 0:
+            table = pool.ensure(rid, cached + new)
+        else:
+            owner = (row_owners or {}).get(i)
+            table = pool.tables.get(owner, []) if i < plan.num_decode_slots else []
         for p in range(cached, cached + new):
             ids.append(token_id(rid, p, vocab))
             positions.append(p)
