@@ -102,6 +102,9 @@ def test_run_writes_the_trajectory(tmp_path, capsys):
     assert list(control.columns[:5]) == ["time_s", "replica", "knob", "value", "action"]
     assert (control["knob"] == "max_num_batched_tokens").all()
     assert (tmp_path / "o" / "control.png").stat().st_size > 10_000
+    assert main(["report", str(tmp_path / "o")]) == 0
+    html = (tmp_path / "o" / "report.html").read_text()
+    assert "Online control" in html and (tmp_path / "o" / "report_files" / "control-o.png").is_file()
 
 
 @pytest.mark.parametrize("setting, where", [

@@ -9,6 +9,17 @@ import pandas as pd
 
 def plot_control(control: pd.DataFrame, path, targets: dict[str, float] | None = None) -> Path:
     """Write ``control.png``-style figure of ``control`` (a run's trajectory) to ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = control_figure(control, targets)
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def control_figure(control: pd.DataFrame, targets: dict[str, float] | None = None):
+    """The trajectory figure: the knob over time, then each signal against its target."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -35,7 +46,4 @@ def plot_control(control: pd.DataFrame, path, targets: dict[str, float] | None =
         ax.legend(loc="upper right", fontsize=7)
     axes[-1].set_xlabel("simulated time (s)")
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig

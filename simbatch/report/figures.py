@@ -147,6 +147,8 @@ INTROS = {
                       "blank idle slots."),
     "goodput-slo": ("Requests per second that met the SLO, as the TTFT target is scaled from 0.25x to 4x; "
                     "the other targets stay as they were."),
+    "control": ("The online controller's knob over simulated time, and the signals it steered by against "
+                "their targets (docs/control.md); from each run's control.csv."),
 }
 
 
@@ -212,4 +214,22 @@ def build_sections(data: ReportData) -> list[Section]:
         _figure_section("time-series", "Batch size, queue and KV cache over time", per_run(ser.plot_time_series)),
         _figure_section("step-timeline", "Step timeline", per_run(tl.plot_step_timeline)),
         _figure_section("goodput-slo", "Goodput vs SLO", per_run(lat.plot_goodput_vs_slo, data.slo)),
+        *_control_sections(runs),
     ]
+
+
+def _control_sections(runs: list) -> list[Section]:
+    """One figure per run that had an online controller (none: no section)."""
+    import pandas as pd
+
+    from simbatch.control.plot import control_figure
+
+    s = Section("control", "Online control", [INTROS["control"]])
+    for run in runs:
+        path = run.folder / "control.csv"
+        if not path.is_file():
+            continue
+        targets = {k: v for k, v in (run.summary.get("slo") or {}).items() if k in ("ttft_ms", "tpot_ms")}
+        s.figures.append(Figure(f"control-{run.folder.name}", f"Online control: {run.folder.name}",
+                                to_png(control_figure(pd.read_csv(path), targets))))
+    return [s] if s.figures else []
