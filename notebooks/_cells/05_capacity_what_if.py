@@ -36,6 +36,17 @@ from simbatch.executors import make_executor
 
 SCEN = scenarios_dir()  # the bundled scenarios/ of this checkout
 ROOT = SCEN.parent
+
+
+def run_all(scenarios):
+    """Run the scenarios on two worker processes; their outputs in the same order."""
+    executor = make_executor("process", 2)
+    try:
+        return executor.map(run, scenarios)
+    finally:
+        executor.close()
+
+
 pd.set_option("display.precision", 3)
 '''),
 ("md", r'''
@@ -218,11 +229,7 @@ RATES = [4, 8, 12, 16, 20]  # req/s offered to the four GPUs
 grid = [(name, rate) for name in LAYOUTS for rate in RATES]
 scenarios = [load_scenario(SCEN / "disaggregated.yaml", DISAGG + [f"workload.synthetic.arrival.rate={rate}"] + LAYOUTS[name])
              for name, rate in grid]
-executor = make_executor("process", 2)
-try:
-    outs = executor.map(run, scenarios)
-finally:
-    executor.close()
+outs = run_all(scenarios)
 
 rows = []
 for (name, rate), out in zip(grid, outs):
@@ -353,11 +360,7 @@ else:
 grid = [(cache, k) for cache in (True, False) for k in SCALES]
 scenarios = [load_scenario(PC_PATH, PC_BASE + [f"workload.rate_scale={k}", f"kv_cache.prefix_caching={str(cache).lower()}"])
              for cache, k in grid]
-executor = make_executor("process", 2)
-try:
-    outs = executor.map(run, scenarios)
-finally:
-    executor.close()
+outs = run_all(scenarios)
 
 rows = []
 for (cache, k), out in zip(grid, outs):
