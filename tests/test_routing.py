@@ -315,3 +315,9 @@ def test_prefix_aware_routing_keeps_conversations_where_their_cache_is():
         return out.summary["prefix_cache"]["token_hit_rate"]
 
     assert hit_rate("prefix_aware") > hit_rate("round_robin") + 0.05
+
+
+def test_compare_names_every_gpu_of_a_mixed_cluster(capsys):
+    path = str(ROOT / "scenarios" / "cluster_routing.yaml")
+    assert main(["compare", path, "--routers", "round_robin", "--set", "workload.synthetic.num_requests=100"]) == 0
+    assert "llama-2-7b on 2 x h100-sxm + 2 x a100-80gb" in capsys.readouterr().out

@@ -61,7 +61,7 @@ def run(args) -> None:
     for kind, r in runs.items():
         print_notes(r.messages, f"note [{kind}]")
     first = next(iter(runs.values())).summary
-    print(f"{scenario.name}: {first['model']['name']} on {first['hardware']['name']}, "
+    print(f"{scenario.name}: {first['model']['name']} on {describe_gpus(first)}, "
           f"{first['num_requests']} requests")
     print(format_comparison(table))
     if args.out:
@@ -90,3 +90,13 @@ def check_layouts(layouts: list[str], scenario) -> None:
             raise SimbatchError("--layouts", f"unknown layout {name!r}; allowed: {', '.join(LAYOUTS)}")
         if name == "disaggregated" and scenario.disaggregation is None:
             raise SimbatchError("--layouts", "disaggregated needs a disaggregation: section in the scenario")
+
+
+def describe_gpus(summary: dict) -> str:
+    """``a100-80gb``, or ``2 x h100-sxm + 2 x a100-80gb`` for a mixed cluster (from the per-replica list)."""
+    counts: dict[str, int] = {}
+    for r in summary.get("replicas") or []:
+        counts[r["hardware"]] = counts.get(r["hardware"], 0) + 1
+    if len(counts) < 2:
+        return summary["hardware"]["name"]
+    return " + ".join(f"{n} x {name}" for name, n in counts.items())
