@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simbatch.errors import SimbatchError
 from simbatch.params import parse_params, require
 
 KINDS = ("slo", "adaptive_delay")
@@ -68,14 +69,8 @@ def parse_control(spec: dict | None, policy_kind: str, slo: dict, where: str) ->
     knob = KNOBS.get((params.kind, policy_kind))
     if knob is None:
         allowed = ", ".join(f"{k} with {p}" for k, p in KNOBS)
-        raise_where(f"{where}.kind", f"{params.kind!r} cannot drive a {policy_kind} policy; allowed: {allowed}")
+        raise SimbatchError(f"{where}.kind", f"{params.kind!r} cannot drive a {policy_kind} policy; allowed: {allowed}")
     if params.kind == "slo" and not (params.ttft_ms or params.tpot_ms or slo.get("ttft_ms") or slo.get("tpot_ms")):
-        raise_where(where, "an slo controller needs a TTFT or TPOT target (control.ttft_ms / tpot_ms or slo:)")
+        raise SimbatchError(where, "an slo controller needs a TTFT or TPOT target (control.ttft_ms / tpot_ms or slo:)")
     return params
 
-
-def raise_where(where: str, cause: str):
-    """Raise a one-line user error."""
-    from simbatch.errors import SimbatchError
-
-    raise SimbatchError(where, cause)

@@ -139,20 +139,13 @@ class DecodeGroup:
             seq.clock = self.clock
             done.append(seq)
         for seq in done:
-            self.uncount_finished(seq)
+            self.account(seq, -1)  # its fields moved on together, so its phase and offset still hold
             del self.members[seq.id]
         return done
 
     def need_at_final(self, seq: Sequence) -> bool:
         """Whether ``seq`` took a new block in the final step (its last block was full)."""
         return seq.num_blocks * self.block_size == seq.num_computed
-
-    def uncount_finished(self, seq: Sequence) -> None:
-        """Remove a finished member's totals (its fields now describe one step past its phase)."""
-        if self.paged:
-            slack = seq.num_blocks * self.block_size - seq.num_computed
-            self.need_at[(seq.clock + slack) % self.block_size] -= 1
-        self.context_base -= seq.num_computed - seq.clock
 
     def sync_all(self) -> None:
         """Settle every member and empty the group (the policy is about to read them)."""

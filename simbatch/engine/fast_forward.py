@@ -117,21 +117,23 @@ def mixed_step(replica):
     group.clock += 1
     group.last_step = replica.prev_decode = step
     if group.next_finish() == group.clock:
-        done = group.pop_finished()
-        for seq in done:
-            replica.emit(seq, step, end, True)
-        finished += done
+        finished += emit_last_tokens(replica, step, end)
     policy.on_step_done(None, finished, end)
     return 1
 
 
 def finish(replica, step: int) -> None:
     """Emit the last token of the members that finished in ``step`` and retire them."""
-    finished = replica.group.pop_finished()
     end = replica.env.now
-    for seq in finished:
+    replica.policy.on_step_done(None, emit_last_tokens(replica, step, end), end)
+
+
+def emit_last_tokens(replica, step: int, end: float) -> list:
+    """The decode group's members that emitted their last token in ``step``, emitted."""
+    done = replica.group.pop_finished()
+    for seq in done:
         replica.emit(seq, step, end, True)
-    replica.policy.on_step_done(None, finished, end)
+    return done
 
 
 def advance(replica, seqs, step0: int, done: int) -> None:
