@@ -105,20 +105,28 @@ def kv_blocks_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
     return blocks
 
 
+def first_misfit(tokens, block_size: int, blocks: int) -> tuple[int, int, int] | None:
+    """(index, blocks it needs, how many misfit) of the first request whose ``tokens`` need
+    more than ``blocks`` KV blocks; None when every one fits."""
+    need = -(-tokens // block_size)
+    bad = need > blocks
+    if not bad.any():
+        return None
+    i = int(bad.argmax())
+    return i, int(need[i]), int(bad.sum())
+
+
 def check_requests_fit(workload: Workload, scenario: Scenario, blocks: int, model_name: str) -> None:
     """A request whose prompt + output can never fit in one replica's KV cache (the largest,
     in a mixed cluster) is a user error."""
-    bs = scenario.kv_cache.block_size
-    total = workload.prompt_tokens + workload.output_tokens
-    need = -(-total // bs)
-    bad = need > blocks
-    if bad.any():
-        i = int(bad.argmax())
+    misfit = first_misfit(workload.prompt_tokens + workload.output_tokens, scenario.kv_cache.block_size, blocks)
+    if misfit is not None:
+        i, need, count = misfit
         raise SimbatchError(
             scenario.where("workload"),
             f"request {i} (prompt {int(workload.prompt_tokens[i])} + output "
-            f"{int(workload.output_tokens[i])} tokens) needs {int(need[i])} KV blocks, but one replica of "
-            f"{model_name} holds {blocks} ({int(bad.sum())} request(s) too large); "
+            f"{int(workload.output_tokens[i])} tokens) needs {need} KV blocks, but one replica of "
+            f"{model_name} holds {blocks} ({count} request(s) too large); "
             f"set workload.max_total_tokens or use more memory")
 
 

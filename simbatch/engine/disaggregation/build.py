@@ -21,6 +21,7 @@ from simbatch.engine.routers import ROUTER_CLASSES, StepClock
 from simbatch.engine.simulation import (
     ReplicaGroupSetup,
     RunResult,
+    first_misfit,
     flush_unfinished,
     kv_blocks_per_replica,
     replica_backend,
@@ -68,14 +69,13 @@ def build_pool(scenario: Scenario, model: ModelSpec, index: int, pool: str) -> P
 
 def check_pool_fits(workload: Workload, scenario: Scenario, pool: PoolSetup, tokens) -> None:
     """A request whose KV (``tokens`` per request) can never fit one replica of ``pool`` is a user error."""
-    need = -(-tokens // scenario.kv_cache.block_size)
-    bad = need > pool.kv_blocks
-    if bad.any():
-        i = int(bad.argmax())
+    misfit = first_misfit(tokens, scenario.kv_cache.block_size, pool.kv_blocks)
+    if misfit is not None:
+        i, need, count = misfit
         raise SimbatchError(
             scenario.where("workload"),
-            f"request {i} needs {int(need[i])} KV blocks on the {pool.pool} pool, whose replicas hold "
-            f"{pool.kv_blocks} ({int(bad.sum())} request(s) too large); set workload.max_total_tokens "
+            f"request {i} needs {need} KV blocks on the {pool.pool} pool, whose replicas hold "
+            f"{pool.kv_blocks} ({count} request(s) too large); set workload.max_total_tokens "
             f"or use more memory")
 
 
