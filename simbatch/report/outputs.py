@@ -51,7 +51,10 @@ def _write_text(path: Path, lines: list[str]) -> None:
 
 
 def write_files(out_dir: Path, writers: dict[str, Callable[[Path], None]]) -> list[Path]:
-    """Run ``writers`` (file name -> function of its path) in a temp sibling, then move into place."""
+    """Run ``writers`` (file name -> function of its path) in a temp sibling, then move into place.
+
+    A writer may make a folder at its path; it then replaces a folder of that name.
+    """
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
@@ -61,8 +64,11 @@ def write_files(out_dir: Path, writers: dict[str, Callable[[Path], None]]) -> li
         out_dir.mkdir(exist_ok=True)
         paths = []
         for name in writers:
-            os.replace(tmp / name, out_dir / name)
-            paths.append(out_dir / name)
+            dest = out_dir / name
+            if (tmp / name).is_dir() and dest.is_dir() and not dest.is_symlink():
+                os.replace(dest, tmp / f".old-{name}")  # removed with tmp
+            os.replace(tmp / name, dest)
+            paths.append(dest)
         return paths
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

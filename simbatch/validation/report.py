@@ -11,14 +11,14 @@ calibrated for this validation.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 
-from simbatch.report.outputs import json_safe, write_run
+from simbatch.report.outputs import json_safe, write_files, write_run
+from simbatch.report.table import render
 from simbatch.validation.plots import plot_latency_cdfs, plot_step_scatter
 
 COLUMNS = (("steps", None), ("step APE p50 %", ("step_ape", "median")), ("p90 %", ("step_ape", "p90")),
@@ -43,23 +43,16 @@ def format_table(validation) -> str:
     """One row per policy: step APEs (unsigned) and end-to-end errors (signed), in percent."""
     rows = []
     for kind, v in validation.policies.items():
-        row = {"policy": kind}
-        for name, path in COLUMNS:
+        row = [kind]
+        for _, path in COLUMNS:
             if path is None:
-                row[name] = str(v.errors["step_ape"]["steps"])
+                row.append(str(v.errors["step_ape"]["steps"]))
                 continue
             value = _get(v.errors, path)
             signed = path[-1].endswith("_err")
-            row[name] = "-" if value is None else (f"{value * 100:+.1f}" if signed else f"{value * 100:.1f}")
+            row.append("-" if value is None else (f"{value * 100:+.1f}" if signed else f"{value * 100:.1f}"))
         rows.append(row)
-    table = pd.DataFrame(rows)
-    widths = {c: max(len(c), *(len(str(x)) for x in table[c])) for c in table.columns}
-    lines = ["  ".join(c.ljust(widths[c]) if c == "policy" else c.rjust(widths[c]) for c in table.columns),
-             "  ".join("-" * widths[c] for c in table.columns)]
-    for _, r in table.iterrows():
-        lines.append("  ".join(str(r[c]).ljust(widths[c]) if c == "policy" else str(r[c]).rjust(widths[c])
-                               for c in table.columns))
-    return "\n".join(lines)
+    return render(["policy"] + [name for name, _ in COLUMNS], rows)
 
 
 def steps_csv(validation) -> pd.DataFrame:
@@ -70,32 +63,24 @@ def steps_csv(validation) -> pd.DataFrame:
 
 
 def write_validation(out_dir: str | Path, validation) -> Path:
-    """Write everything into a temp sibling of ``out_dir``, then move it into place."""
+    """Write everything into a temp sibling of ``out_dir``, then move it into place (all or nothing)."""
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
-        (tmp / "validation.json").write_text(
-            json.dumps(json_safe(validation.as_json()), indent=2, allow_nan=False) + "\n", encoding="utf-8")
-        steps_csv(validation).to_csv(tmp / "steps.csv", index=False)
-        plot_step_scatter(validation, tmp / "step_scatter.png")
-        plot_latency_cdfs(validation, tmp / "latency_cdfs.png")
-        for kind, v in validation.policies.items():
-            for side, out in (("measured", v.measured), ("predicted", v.predicted)):
-                write_run(tmp / kind / side, out.summary, out.requests, out.steps, out.messages)
-        if validation.profile_fresh:
-            shutil.copytree(validation.profile_path, tmp / "profile")
-        _move_into(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    writers = {
+        "validation.json": lambda p: p.write_text(
+            json.dumps(json_safe(validation.as_json()), indent=2, allow_nan=False) + "\n", encoding="utf-8"),
+        "steps.csv": lambda p: steps_csv(validation).to_csv(p, index=False),
+        "step_scatter.png": lambda p: plot_step_scatter(validation, p),
+        "latency_cdfs.png": lambda p: plot_latency_cdfs(validation, p),
+    }
+    for kind, v in validation.policies.items():
+        writers[kind] = partial(_write_sides, v)
+    if validation.profile_fresh:
+        writers["profile"] = lambda p: shutil.copytree(validation.profile_path, p)
+    write_files(out_dir, writers)
     return out_dir
 
 
-def _move_into(tmp: Path, out_dir: Path) -> None:
-    """Each top-level entry of ``tmp`` replaces its namesake in ``out_dir`` (renames, same filesystem)."""
-    out_dir.mkdir(exist_ok=True)
-    for entry in sorted(tmp.iterdir()):
-        dest = out_dir / entry.name
-        if dest.is_dir() and not dest.is_symlink():
-            shutil.rmtree(dest)
-        os.replace(entry, dest)
+def _write_sides(v, folder: Path) -> None:
+    """A policy's measured and predicted runs, each as a run folder."""
+    for side, out in (("measured", v.measured), ("predicted", v.predicted)):
+        write_run(folder / side, out.summary, out.requests, out.steps, out.messages)
