@@ -102,7 +102,8 @@ class Replica:
         # paused the decodes do not break runs; see EventLog).
         joins = self.prev_decode
         decode_slots = plan.num_decode_slots
-        for i, (rid, n) in enumerate(zip(plan.request_ids, plan.num_new_tokens)):
+        rids, news = plan.request_ids, plan.num_new_tokens
+        for rid, n in zip(rids[:decode_slots], news[:decode_slots]):
             if rid < 0:
                 continue
             seq = seqs[rid]
@@ -111,7 +112,7 @@ class Replica:
             seq.num_computed += n
             if seq.num_computed == seq.num_tokens:
                 g = seq.num_generated + 1
-                extends = i < decode_slots and seq.run_first >= 0 and seq.run_last >= joins
+                extends = seq.run_first >= 0 and seq.run_last >= joins
                 if extends and 1 < g < seq.output_tokens:
                     # Hot path (most tokens): a decode that extends its token run and
                     # is neither the first nor the last token. Same effect as emit().
@@ -122,13 +123,16 @@ class Replica:
                 self.emit(seq, step, end, extends)
                 if seq.status == FINISHED:
                     finished.append(seq)
+        chunks = [(seqs[rid], n) for rid, n in zip(rids[decode_slots:], news[decode_slots:]) if rid >= 0]
+        finished += self.apply_chunks(chunks, step, start, end)
         if plan.num_decode_tokens:
             self.prev_decode = step
         return finished
 
     def apply_chunks(self, chunks: list, step: int, start: float, end: float) -> list[Sequence]:
-        """:meth:`postprocess` for prefill-chunk rows ``(seq, tokens)`` alone (the fast path's
-        mixed steps settle their decodes lazily); returns the requests that finished."""
+        """The prefill-chunk rows ``(seq, tokens)`` of a step: computed tokens, a first (or,
+        after a recompute, the next) token when a prompt is done; returns the requests that
+        finished. Used by :meth:`postprocess` and by the fast path's mixed steps."""
         finished = []
         first_scheduled = self.log.first_scheduled_s
         for seq, n in chunks:
