@@ -1,13 +1,14 @@
 """simbatch: simulate LLM-inference batching policies on request traces.
 
-The public API (``load_scenario``, ``run``, ``compare``, ``validate``) lives in
+The public API (``load_scenario``, ``run``, ``compare``, ``validate``, ``validate_against``) lives in
 :mod:`simbatch.api` and is loaded on first use, so ``import simbatch`` stays
 light.
 """
 
 __version__ = "0.1.0"
 
-_API = ("load_scenario", "run", "compare", "validate", "write_compare", "RunOutput", "POLICY_ORDER")
+_API = ("load_scenario", "run", "compare", "validate", "validate_against", "write_compare", "RunOutput",
+        "POLICY_ORDER")
 
 
 def __getattr__(name):

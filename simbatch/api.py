@@ -206,6 +206,16 @@ def validate(scenario: Scenario, device: str = "cpu", policies: list[str] | None
     return run_validation(scenario, device, policies, **options)
 
 
+def validate_against(scenario: Scenario, logs: list, format: str | None = None, columns: dict | None = None):
+    """Replay each measured log of a real server (DistServe ``.exp``, vLLM benchmark JSON, genai-perf,
+    CSV/JSONL with ``columns``) through ``scenario`` and measure the simulator's errors (no torch; see
+    docs/validation.md). Returns a :class:`simbatch.validation.against.AgainstResult`;
+    ``simbatch.validation.against_report.write_against(out_dir, result)`` writes its files."""
+    from simbatch.validation.against import validate_against as run_against
+
+    return run_against(scenario, logs, format, columns)
+
+
 __all__ = [
     "POLICY_ORDER",
     "RunOutput",
@@ -214,5 +224,6 @@ __all__ = [
     "run",
     "run_policy",
     "validate",
+    "validate_against",
     "write_compare",
 ]

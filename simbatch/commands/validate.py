@@ -1,4 +1,13 @@
-"""``simbatch validate``: run a scenario on the torch backend and compare it with the calibrated cost model."""
+"""``simbatch validate``: measure the simulator's error, against the torch backend or measured logs.
+
+Two modes. Without ``--against``: run the scenario on the torch backend (CPU
+or GPU) and compare it with the calibrated cost model (``--device``,
+``--policies``, ``--profile``, ``--dtype``, ``--threads``). With ``--against
+LOG...``: replay each measured log of a real server through the scenario, as
+it stands (its own policy; change it with ``--set``), and compare; no torch.
+The torch-mode options then have nothing to act on, so giving one is an error
+rather than silently ignored.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +16,27 @@ from pathlib import Path
 from simbatch.commands.common import add_scenario_arguments, load, print_notes
 
 NAME = "validate"
-HELP = "run a scenario on a real torch model (CPU or GPU) and measure the simulator's error"
+HELP = "measure the simulator's error: against a real torch model (CPU or GPU), or against measured server logs"
+# Torch-mode options (dest, flag): None by default so an explicit one can be told apart.
+TORCH_OPTIONS = (("device", "--device"), ("policies", "--policies"), ("profile", "--profile"),
+                 ("dtype", "--dtype"), ("threads", "--threads"))
+DEFAULT_DEVICE = "cpu"
+DEFAULT_POLICIES = "static,dynamic,continuous,chunked_prefill"
 
 
 def add_arguments(p) -> None:
     add_scenario_arguments(p)
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
-    p.add_argument("--policies", default="static,dynamic,continuous,chunked_prefill",
-                   help="comma-separated policy kinds (default: all four)")
+    p.add_argument("--against", nargs="+", action="extend", default=None, metavar="LOG",
+                   help="measured run logs of a real server (DistServe .exp, vLLM benchmark JSON, genai-perf, "
+                        "or CSV/JSONL with --columns): replay each through the scenario and report the errors, "
+                        "no torch needed; several paths after one flag, or the flag repeated (put SCENARIO first)")
+    p.add_argument("--format", default=None, help="with --against: the logs' format (default: inferred per file)")
+    p.add_argument("--columns", default=None, metavar="ROLE=COL,...",
+                   help="with --against: a CSV/JSONL log's columns, e.g. arrival=arrival_s,prompt=prompt_tokens,"
+                        "output=output_tokens,first_token=first_token_s,finish=finish_s (implies the generic format)")
+    p.add_argument("--device", default=None, help=f"cpu, cuda or cuda:N (default: {DEFAULT_DEVICE}; torch mode)")
+    p.add_argument("--policies", default=None,
+                   help="comma-separated policy kinds (default: all four; torch mode)")
     p.add_argument("--profile", type=Path, default=None, metavar="DIR",
                    help="profile folder for the predictions (default: calibration/profiles/<device>-<model>-"
                         "<dtype>-tp1 when it matches, else calibrate one first)")
@@ -26,6 +48,19 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> None:
+    if args.against:
+        run_against(args)
+        return
+    from simbatch.errors import SimbatchError
+
+    for dest, flag in (("format", "--format"), ("columns", "--columns")):
+        if getattr(args, dest) is not None:
+            raise SimbatchError(flag, "only with --against LOG")
+    run_torch(args)
+
+
+def run_torch(args) -> None:
+    """The torch mode: the scenario on the real backend under each policy, against the cost model."""
     from simbatch.errors import SimbatchError
     from simbatch.validation import format_table, write_validation
     from simbatch.validation import run_validation as validate
@@ -33,8 +68,9 @@ def run(args) -> None:
     scenario = load(args)
     if args.threads is not None and args.threads < 1:
         raise SimbatchError("--threads", f"must be >= 1, got {args.threads}")
-    kinds = [k.strip() for k in args.policies.split(",") if k.strip()]
-    result = validate(scenario, args.device, kinds, profile=args.profile, dtype=args.dtype, threads=args.threads)
+    kinds = [k.strip() for k in (args.policies or DEFAULT_POLICIES).split(",") if k.strip()]
+    result = validate(scenario, args.device or DEFAULT_DEVICE, kinds, profile=args.profile, dtype=args.dtype,
+                      threads=args.threads)
     for kind, v in result.policies.items():
         print_notes(v.measured.messages, f"note [{kind}]")
     b = result.backend
@@ -46,3 +82,55 @@ def run(args) -> None:
         write_validation(args.out, result)
         print(f"wrote {args.out}/validation.json, steps.csv, step_scatter.png, latency_cdfs.png "
               "and <policy>/measured|predicted/")
+
+
+def parse_columns(text: str | None) -> dict | None:
+    """``--columns arrival=a,prompt=p,...`` as the readers' mapping (None when not given)."""
+    from simbatch.errors import SimbatchError
+
+    if text is None:
+        return None
+    columns = {}
+    for item in (part.strip() for part in text.split(",")):
+        role, sep, column = item.partition("=")
+        if not sep or not role.strip() or not column.strip():
+            raise SimbatchError(f"--columns {item}", "expected ROLE=COLUMN, e.g. arrival=arrival_s")
+        columns[role.strip()] = column.strip()
+    return columns
+
+
+def run_against(args) -> None:
+    """The measured mode: every check (options, output folder, columns, logs) before any simulation."""
+    from simbatch.errors import SimbatchError
+    from simbatch.validation.against import validate_against
+    from simbatch.validation.against_report import check_out_dir, format_against_table, write_against
+
+    for dest, flag in TORCH_OPTIONS:
+        if getattr(args, dest) is not None:
+            raise SimbatchError(flag, "only for the torch mode; with --against the scenario's own policy is "
+                                      "replayed (change it with --set policy.kind=...)")
+    scenario = load(args)
+    if args.out:
+        check_out_dir(args.out)
+    result = validate_against(scenario, args.against, args.format, parse_columns(args.columns))
+    for v in result.logs:
+        print_notes(v.measured.notes, f"note [{v.name}]")
+        print_notes(v.predicted.messages, f"note [{v.name} predicted]")
+    print(against_header(result))
+    print(format_against_table(result))
+    if args.out:
+        write_against(args.out, result)
+        extra = ", vs_rate.png" if len(result.logs) >= 2 else ""
+        print(f"wrote {args.out}/validation.json, pairs/<log>.csv, cdfs/<log>.png{extra}")
+
+
+def against_header(result) -> str:
+    """What was replayed, against how many logs, and how to read the table."""
+    from simbatch.validation.against import describe_scenario
+
+    d = describe_scenario(result.scenario)
+    slo = ", ".join(f"{k.removesuffix('_ms')} <= {v:g} ms" for k, v in (d["slo"] or {}).items()) or "none"
+    cm = result.cost_model
+    return (f"{d['name']}: {d['model']} on {d['hardware']} ({d['layout']}, {d['policy'].get('kind')}), "
+            f"predicted by {cm.get('kind', '?')} ({cm.get('source', '?')}) against {len(result.logs)} measured "
+            f"log(s); SLO {slo}; m/p = measured/predicted; errors in % (predicted/measured - 1)")

@@ -1,0 +1,205 @@
+"""Validation against measured runs of real servers: replay each log's workload, compare.
+
+For every log (read by :func:`simbatch.measured.read_measured`), the scenario
+(model, hardware, cluster or disaggregated pools, policy, engine settings,
+cost model) is simulated on that log's exact workload: the same arrival times
+and the same prompt and output lengths, request for request. The predicted
+run is then set against what the real server did.
+
+Error definitions (``validation.json``'s ``against`` entries), each signed,
+``predicted / measured - 1`` (None where either side is missing or measured is 0):
+
+* ``ttft_p50_err``, ``ttft_p90_err``, ``ttft_p99_err``, ``tpot_p50_err``,
+  ``tpot_p90_err``, ``e2el_p50_err``: percentiles over each side's completed
+  requests, ``np.percentile``'s default (linear) method as in ``summary.json``.
+  Latencies use vLLM's definitions on both sides (docs/metrics.md): TPOT is
+  (E2EL - TTFT) / (output tokens - 1), undefined for one-token outputs.
+* ``throughput_err``: request throughput, computed the same way on both sides
+  as completed requests / (last finish - first arrival). (This is not the
+  summary's ``request_throughput``, whose span ends at the last step: a log
+  has no steps.)
+* ``attainment_measured`` / ``attainment_predicted``: the share of all the
+  log's requests that completed and met every target of the scenario's
+  ``slo:`` (computed by the same function as the summary's
+  ``slo_attainment``: a one-token output has no TPOT and passes it); None
+  without an ``slo:`` section.
+
+Each entry also holds ``log`` (its path), ``num_requests``, ``offered_rate``
+(requests/s the client sent) and the absolute values behind each error,
+``<metric>_measured`` and ``<metric>_predicted`` (ms; req/s for throughput).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simbatch.errors import SimbatchError
+from simbatch.measured.run import MeasuredRun
+from simbatch.metrics.summary import _slo_attaining, latency_stats
+from simbatch.scenario import Scenario, from_dict
+from simbatch.validation.compare import signed_error
+
+# (name, request column, percentiles compared): the latency errors, in ``validation.json`` order.
+LATENCIES = (("ttft", "ttft_ms", ("p50", "p90", "p99")),
+             ("tpot", "tpot_ms", ("p50", "p90")),
+             ("e2el", "e2el_ms", ("p50",)))
+STAT_OF = {"p50": "median", "p90": "p90", "p99": "p99"}  # latency_stats' key for each percentile
+METRICS = tuple(f"{name}_{p}_ms" for name, _, ps in LATENCIES for p in ps) + ("throughput",)
+ERROR_KEYS = tuple(f"{m.removesuffix('_ms')}_err" for m in METRICS)
+VALUE_KEYS = tuple(f"{m}_{side}" for m in METRICS for side in ("measured", "predicted"))
+ENTRY_KEYS = ("log", "num_requests", "offered_rate", *ERROR_KEYS,
+              "attainment_measured", "attainment_predicted", *VALUE_KEYS)
+PAIR_COLUMNS = ("id", "arrival_s", "prompt", "output",
+                *(f"{col}_{side}" for _, col, _ in LATENCIES for side in ("measured", "predicted")))
+
+
+@dataclass
+class LogValidation:
+    """One log: what the server did, what the simulator predicted, per-request pairs, the errors."""
+
+    name: str  # unique file stem among the logs, for pairs/<name>.csv and cdfs/<name>.png
+    measured: MeasuredRun
+    predicted: object  # simbatch.api.RunOutput (not imported here: api imports this module)
+    pairs: pd.DataFrame  # PAIR_COLUMNS, one row per request in arrival order
+    errors: dict  # ENTRY_KEYS, the log's entry of validation.json
+
+
+@dataclass
+class AgainstResult:
+    """``validate_against``'s result: the scenario and one :class:`LogValidation` per log."""
+
+    scenario: Scenario
+    logs: list[LogValidation]
+
+    @property
+    def cost_model(self) -> dict:
+        """The cost model's description (as in ``summary.json``) from the first predicted run."""
+        return self.logs[0].predicted.summary.get("cost_model") or {} if self.logs else {}
+
+    def as_json(self) -> dict:
+        """``validation.json``: the scenario, the cost model and the ``against`` list."""
+        return {"scenario": describe_scenario(self.scenario), "cost_model": self.cost_model,
+                "against": [v.errors for v in self.logs]}
+
+
+def describe_scenario(scenario: Scenario) -> dict:
+    """What was replayed: name, file, model, hardware, layout, policy and SLO."""
+    d = scenario.data
+    return {"name": scenario.name, "source": scenario.source, "model": d.get("model"),
+            "hardware": d.get("hardware"),
+            "layout": "disaggregated" if scenario.is_disaggregated else "colocated",
+            "policy": d.get("policy"), "slo": scenario.slo.as_dict() or None}
+
+
+def log_names(paths: list[str | Path]) -> list[str]:
+    """Each log's file stem, made unique with ``-2``, ``-3``... (two folders may hold equal names)."""
+    names, seen = [], {}
+    for path in paths:
+        stem = Path(path).stem
+        seen[stem] = seen.get(stem, 0) + 1
+        names.append(stem if seen[stem] == 1 else f"{stem}-{seen[stem]}")
+    return names
+
+
+def validate_against(scenario: Scenario, logs: list[str | Path], format: str | None = None,
+                     columns: dict | None = None) -> AgainstResult:
+    """Replay each measured log's workload through ``scenario`` and measure the errors.
+
+    ``format`` / ``columns`` go to :func:`simbatch.measured.read_measured` for
+    every log. All logs are read before anything is simulated, so a bad log
+    fails fast. A log the scenario cannot serve (a request larger than a
+    replica's KV cache) is a :class:`SimbatchError` naming the log.
+    """
+    from simbatch.measured import read_measured
+
+    if not logs:
+        raise SimbatchError("--against", "no measured log given")
+    runs = [read_measured(path, format=format, columns=columns) for path in logs]
+    return validate_runs(scenario, runs, [str(p) for p in logs])
+
+
+def validate_runs(scenario: Scenario, runs: list[MeasuredRun], labels: list[str] | None = None) -> AgainstResult:
+    """:func:`validate_against` on runs already read (``labels``: each run's ``log``; default its source)."""
+    labels = labels or [r.source for r in runs]
+    names = log_names(labels)
+    return AgainstResult(scenario, [validate_run(scenario, run, label, name)
+                                    for run, label, name in zip(runs, labels, names)])
+
+
+def validate_run(scenario: Scenario, run: MeasuredRun, label: str, name: str) -> LogValidation:
+    """One log: simulate its workload under ``scenario``, pair the requests, compute the errors."""
+    from simbatch.api import run as simulate_run
+
+    try:
+        predicted = simulate_run(replay_scenario(scenario, run))
+    except SimbatchError as exc:
+        raise SimbatchError(label, f"the scenario cannot replay this log: {exc}") from None
+    measured = run.requests()
+    if len(predicted.requests) != len(measured):  # ids are arrival order on both sides
+        raise SimbatchError(label, f"replayed {len(predicted.requests)} requests of {len(measured)}")
+    errors = log_errors(measured, predicted.requests, scenario.slo.as_dict())
+    entry = {"log": label, "num_requests": len(run), "offered_rate": run.offered_rate, **errors}
+    return LogValidation(name, run, predicted, pair_requests(measured, predicted.requests),
+                         {k: entry[k] for k in ENTRY_KEYS})
+
+
+def replay_scenario(scenario: Scenario, run: MeasuredRun) -> Scenario:
+    """``scenario`` with its workload replaced by the log's requests, inline and in arrival order.
+
+    Every other workload option (``max_total_tokens``, ``rate_scale``, windows)
+    goes too: the replay must be the log's workload exactly, so a request that
+    cannot fit is an error rather than silently clipped.
+    """
+    data = {k: v for k, v in scenario.data.items() if k != "workload"}
+    data["workload"] = {"requests": [
+        {"prompt": int(p), "output": int(o), "arrival_s": float(a)}
+        for a, p, o in zip(run.arrival_s, run.prompt_tokens, run.output_tokens)]}
+    # from_dict keeps `data` as the scenario's own; the other sections are only read.
+    return from_dict(data, scenario.source, scenario.base_dir)
+
+
+def side_values(req: pd.DataFrame, slo: dict) -> dict:
+    """The compared values of one side (a table with ``completed, arrival_s`` and the latency columns)."""
+    done = req["completed"].to_numpy(dtype=bool)
+    out = {}
+    for name, col, pcts in LATENCIES:
+        stats = latency_stats(req[col].to_numpy(dtype=np.float64)[done])
+        out.update({f"{name}_{p}_ms": stats[STAT_OF[p]] for p in pcts})
+    out["throughput"] = throughput(req)
+    out["attainment"] = _slo_attaining(req, slo) / len(req) if slo and len(req) else None
+    return out
+
+
+def throughput(req: pd.DataFrame) -> float | None:
+    """Completed requests / (last finish - first arrival); None when nothing completed."""
+    done = req["completed"].to_numpy(dtype=bool)
+    if not done.any():
+        return None
+    # Both tables carry arrival_s and e2el_ms; finish = arrival + E2EL works for either.
+    finish = req["arrival_s"].to_numpy()[done] + req["e2el_ms"].to_numpy()[done] / 1e3
+    span = float(finish.max() - req["arrival_s"].min())
+    return float(done.sum() / span) if span > 0 else None
+
+
+def log_errors(measured: pd.DataFrame, predicted: pd.DataFrame, slo: dict) -> dict:
+    """Signed errors, attainments and absolute values (keys of ENTRY_KEYS but the log's own)."""
+    m, p = side_values(measured, slo), side_values(predicted, slo)
+    out = {f"{k.removesuffix('_ms')}_err": signed_error(p[k], m[k]) for k in METRICS}
+    out["attainment_measured"], out["attainment_predicted"] = m["attainment"], p["attainment"]
+    for k in METRICS:
+        out[f"{k}_measured"], out[f"{k}_predicted"] = m[k], p[k]
+    return out
+
+
+def pair_requests(measured: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
+    """One row per request: its arrival and lengths, each latency measured beside predicted."""
+    cols = {"id": measured["id"].to_numpy(), "arrival_s": measured["arrival_s"].to_numpy(),
+            "prompt": measured["prompt_tokens"].to_numpy(), "output": measured["output_tokens"].to_numpy()}
+    for _, col, _ in LATENCIES:
+        cols[f"{col}_measured"] = measured[col].to_numpy(dtype=np.float64)
+        cols[f"{col}_predicted"] = predicted[col].to_numpy(dtype=np.float64)
+    return pd.DataFrame(cols, columns=list(PAIR_COLUMNS))

@@ -1,0 +1,159 @@
+"""Outputs of validation against measured logs: the terminal table and the output folder.
+
+``OUT/`` receives, all or nothing (:func:`simbatch.report.outputs.write_files`):
+``validation.json`` (``scenario``, ``cost_model`` and the ``against`` list, one
+entry per log, keys :data:`simbatch.validation.against.ENTRY_KEYS`),
+``pairs/<log>.csv`` (each request measured beside predicted), ``cdfs/<log>.png``
+(TTFT, TPOT and E2EL CDFs) and, with two logs or more, ``vs_rate.png``
+(SLO attainment and TPOT p50/p90 against the offered rate).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from simbatch.errors import SimbatchError
+from simbatch.report.figures_latency import ecdf
+from simbatch.report.outputs import json_safe, write_files
+from simbatch.report.table import render
+
+CDFS = (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("E2EL", "e2el_ms"))
+# (header, metric) of the measured/predicted columns, in ms; then (header, error key) of the errors.
+VALUE_COLUMNS = (("TTFT p50", "ttft_p50_ms"), ("TTFT p90", "ttft_p90_ms"),
+                 ("TPOT p50", "tpot_p50_ms"), ("TPOT p90", "tpot_p90_ms"))
+ERROR_COLUMNS = (("TTFT p50 %", "ttft_p50_err"), ("p90 %", "ttft_p90_err"), ("p99 %", "ttft_p99_err"),
+                 ("TPOT p50 %", "tpot_p50_err"), ("p90 %", "tpot_p90_err"),
+                 ("E2EL p50 %", "e2el_p50_err"), ("tput %", "throughput_err"))
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x:.0f}" if abs(x) >= 100 else f"{x:.1f}"
+
+
+def _pair(m, p, fmt) -> str:
+    """``measured/predicted`` in one cell."""
+    return f"{fmt(m)}/{fmt(p)}"
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.0f}"
+
+
+def _err(x) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}"
+
+
+def format_against_table(result) -> str:
+    """One row per log: name, offered rate, requests, measured/predicted TTFT and TPOT p50/p90 (ms)
+    and SLO attainment (%), then the signed errors in percent."""
+    headers = ["log", "req/s", "n", *(f"{h} ms m/p" for h, _ in VALUE_COLUMNS), "SLO % m/p",
+               *(h for h, _ in ERROR_COLUMNS)]
+    rows = []
+    for v in result.logs:
+        e = v.errors
+        rate = e["offered_rate"]
+        rows.append([v.name, "-" if rate is None or np.isnan(rate) else f"{rate:.2f}", str(e["num_requests"]),
+                     *(_pair(e[f"{k}_measured"], e[f"{k}_predicted"], _ms) for _, k in VALUE_COLUMNS),
+                     _pair(e["attainment_measured"], e["attainment_predicted"], _pct),
+                     *(_err(e[k]) for _, k in ERROR_COLUMNS)])
+    return render(headers, rows)
+
+
+def check_out_dir(out_dir: str | Path) -> Path:
+    """``out_dir`` if it can become the output folder: not an existing file, nor under one.
+
+    Called before any simulation, so a typo costs nothing and writes nothing.
+    """
+    out_dir = Path(out_dir)
+    for path in (out_dir, *out_dir.parents):
+        if path.exists() and not path.is_dir():
+            where = "--out" if path == out_dir else f"--out {out_dir}"
+            raise SimbatchError(where, f"{path} exists and is not a folder")
+    return out_dir
+
+
+def write_against(out_dir: str | Path, result) -> Path:
+    """Write ``validation.json``, ``pairs/``, ``cdfs/`` and (two logs or more) ``vs_rate.png``
+    into ``out_dir``, all or nothing; returns ``out_dir``."""
+    out_dir = check_out_dir(out_dir)
+    writers = {
+        "validation.json": lambda p: p.write_text(
+            json.dumps(json_safe(result.as_json()), indent=2, allow_nan=False) + "\n", encoding="utf-8"),
+        "pairs": lambda p: _write_pairs(result, p),
+        "cdfs": lambda p: _write_cdfs(result, p),
+    }
+    if len(result.logs) >= 2:
+        writers["vs_rate.png"] = lambda p: plot_vs_rate(result, p)
+    write_files(out_dir, writers)
+    return out_dir
+
+
+def _write_pairs(result, folder: Path) -> None:
+    folder.mkdir()
+    for v in result.logs:
+        v.pairs.to_csv(folder / f"{v.name}.csv", index=False)
+
+
+def _write_cdfs(result, folder: Path) -> None:
+    folder.mkdir()
+    for v in result.logs:
+        plot_cdfs(v, folder / f"{v.name}.png")
+
+
+def _pyplot():
+    # Lazily, and on the file-only backend: the command runs on machines without a display.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_cdfs(v, path: Path) -> Path:
+    """One log's TTFT, TPOT and E2EL CDFs over completed requests: measured solid, predicted dashed."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(CDFS), figsize=(4.6 * len(CDFS), 3.8), squeeze=False)
+    for ax, (name, col) in zip(axes[0], CDFS):
+        for side, style, color in (("measured", "-", "C0"), ("predicted", "--", "C1")):
+            x, y = ecdf(v.pairs[f"{col}_{side}"].to_numpy(dtype=float))
+            if len(x):
+                ax.plot(x, y, style, color=color, drawstyle="steps-post", linewidth=1.3, label=side)
+        ax.set_xlabel(f"{name} (ms)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_ylim(0, 1.02)
+        ax.grid(linewidth=0.4, alpha=0.5)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"{v.name}: measured vs predicted", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_vs_rate(result, path: Path) -> Path:
+    """SLO attainment, and TPOT p50 and p90, against each log's offered rate: measured beside predicted."""
+    plt = _pyplot()
+    entries = sorted((v.errors for v in result.logs), key=lambda e: e["offered_rate"])
+    rate = [e["offered_rate"] for e in entries]
+    panels = (("SLO attainment", (("attainment", ""),)),
+              ("TPOT (ms)", (("tpot_p50_ms", " p50"), ("tpot_p90_ms", " p90"))))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), squeeze=False)
+    for ax, (label, keys) in zip(axes[0], panels):
+        for i, (key, tag) in enumerate(keys):
+            for side, style, marker in (("measured", "-", "o"), ("predicted", "--", "s")):
+                y = [np.nan if e[f"{key}_{side}"] is None else e[f"{key}_{side}"] for e in entries]
+                ax.plot(rate, y, style, marker=marker, color=f"C{i}", label=f"{side}{tag}")
+        ax.set_xlabel("offered rate (req/s)")
+        ax.set_ylabel(label)
+        ax.grid(linewidth=0.4, alpha=0.5)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylim(0, 1.02)
+    fig.suptitle(f"{result.scenario.name}: measured (solid) vs predicted (dashed)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
