@@ -219,10 +219,11 @@ def _vllm_lists(path: str, doc: Any) -> dict[str, list]:
                                 "benchmark_serving.py --save-result (newer vLLM: add --save-detailed)")
     lists = {key: doc[key] for key in VLLM_LISTS}
     lists["errors"] = doc.get("errors") if doc.get("errors") is not None else [""] * _len(doc["ttfts"])
-    n = _len(lists["ttfts"])
     for key, value in lists.items():
         if not isinstance(value, list):
             raise SimbatchError(path, f"'{key}': expected a list, got {type(value).__name__}")
+    n = len(lists["ttfts"])
+    for key, value in lists.items():
         if len(value) != n:
             raise SimbatchError(path, f"'{key}' has {len(value)} entries but 'ttfts' has {n}")
     if n == 0:
@@ -630,7 +631,8 @@ def _check_order(fail: Fail, arrival, first, finish, ok, names: tuple[str, str, 
         bad = live & (later < earlier)
         if bad.any():
             i = int(np.argmax(bad))
-            fail(i, f"{later_name} {later[i] * unit!r} is before {earlier_name} {earlier[i] * unit!r}")
+            fail(i, f"{later_name} {float(later[i] * unit)!r} is before {earlier_name} "
+                    f"{float(earlier[i] * unit)!r}")
 
 
 def _assemble(source: str, system: str, arrival, prompt, output, first, finish, ok=None,
