@@ -39,6 +39,8 @@ import pandas as pd
 
 from simbatch.errors import SimbatchError
 from simbatch.measured.run import MeasuredRun
+# _slo_attaining is the summary's own rule for slo_attainment: reused, so both sides and
+# summary.json can never disagree on what attaining means.
 from simbatch.metrics.summary import _slo_attaining, latency_stats
 from simbatch.scenario import Scenario, from_dict
 from simbatch.validation.compare import signed_error
