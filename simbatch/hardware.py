@@ -51,6 +51,9 @@ GPU_PRESETS: dict[str, GPUSpec] = {
     for g in (
         GPUSpec("a100-40gb", 40 * GiB, 1555 * GB, 312 * TFLOPS, 300 * GB, _NVLINK_LATENCY),
         GPUSpec("a100-80gb", 80 * GiB, 2039 * GB, 312 * TFLOPS, 300 * GB, _NVLINK_LATENCY),
+        # The PCIe card (HBM2e at 1,935 GB/s, 300 W) pairs over a 600 GB/s (both
+        # directions) NVLink bridge, as in Sarathi-Serve's Azure NC96ads v4 nodes.
+        GPUSpec("a100-80gb-pcie", 80 * GiB, 1935 * GB, 312 * TFLOPS, 300 * GB, _NVLINK_LATENCY),
         GPUSpec("h100-sxm", 80 * GiB, 3350 * GB, 989 * TFLOPS, 450 * GB, _NVLINK_LATENCY),
         # The PCIe card pairs over a 600 GB/s (both directions) NVLink bridge.
         GPUSpec("h100-pcie", 80 * GiB, 2000 * GB, 756 * TFLOPS, 300 * GB, _NVLINK_LATENCY),

@@ -93,6 +93,11 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         _llama("llama-3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
         _llama("llama-3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
         _llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768),
+        # 01-ai/Yi-34B config.json (huggingface.co/01-ai/Yi-34B): 60 layers,
+        # hidden 7168, 56 heads / 8 KV heads (head_dim 128), SwiGLU 20480,
+        # vocab 64000, max_position_embeddings 4096 (Sarathi-Serve's figure 9
+        # prefills it to 16k; the cost model does not check the context).
+        _llama("yi-34b", 60, 7168, 56, 8, 20480, 64000, 4096),
         ModelSpec("opt-13b", 40, 5120, 40, 40, 128, 20480, 50272, False, 2048, tied_embeddings=True),
         # CPU-sized Llama-style shapes for the real (torch) backend.
         _llama("tiny", 4, 256, 4, 2, 688, 2048, 2048),
