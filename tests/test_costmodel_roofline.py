@@ -56,8 +56,9 @@ def test_decode_is_bandwidth_bound_and_prefill_compute_bound(a100_7b):
     weights = a100_7b.model.num_layers * a100_7b.model.linear_params_per_layer * 2
     assert a100_7b.step_cost(decode(1)).breakdown["linear"] == pytest.approx(
         weights / (gpu.hbm_bandwidth * p["bw_eff"]), rel=0.01)
+    # (2048 tokens plus the GEMM ramp's tail of gemm_ramp_tokens)
     assert big.breakdown["linear"] == pytest.approx(
-        2 * 2048 * weights / 2 / (gpu.peak_flops * p["compute_eff"]), rel=1e-9)
+        2 * (2048 + p["gemm_ramp_tokens"]) * weights / 2 / (gpu.peak_flops * p["compute_eff"]), rel=1e-9)
 
 
 def test_monotone_in_batch_and_context(a100_7b):
@@ -197,14 +198,15 @@ def measured_per_layer_ms(csv: str, tp: int):
     return total.groupby(d.num_tokens).median()
 
 
-# Honest errors of the fitted defaults (fitted on the first row only), printed
-# by `pytest -s`: A100 7B <= 14%, 8B <= 14%, 70B <= 20% over every token count.
+# Honest errors of the fitted defaults (fitted on the three A100 TP1 rows, with
+# the GEMM ramp), printed by `pytest -s`: A100 7B <= 16%, 8B <= 16%, 70B <= 15%
+# over every token count (before the ramp: 14%, 14%, 20%).
 @needs_reference
 @pytest.mark.parametrize("csv,model,gpu,tp,point_bound,row_bound", [
-    ("a100/Llama-2-7b-hf_mlp.csv", "llama-2-7b", "a100-80gb", 1, 0.10, 0.15),
-    ("a100/Meta-Llama-3-8B_mlp.csv", "llama-3-8b", "a100-80gb", 1, 0.13, 0.15),
-    ("a100/Llama-2-70b-hf_mlp.csv", "llama-2-70b", "a100-80gb", 1, 0.20, 0.20),
-    ("a100/Llama-2-70b-hf_mlp.csv", "llama-2-70b", "a100-80gb", 4, 0.10, 0.18),
+    ("a100/Llama-2-7b-hf_mlp.csv", "llama-2-7b", "a100-80gb", 1, 0.10, 0.16),
+    ("a100/Meta-Llama-3-8B_mlp.csv", "llama-3-8b", "a100-80gb", 1, 0.13, 0.16),
+    ("a100/Llama-2-70b-hf_mlp.csv", "llama-2-70b", "a100-80gb", 1, 0.14, 0.15),
+    ("a100/Llama-2-70b-hf_mlp.csv", "llama-2-70b", "a100-80gb", 4, 0.10, 0.19),
     ("a40/Llama-2-7b-hf_mlp.csv", "llama-2-7b", "a40", 1, 0.25, 0.26),
     ("a40/Llama-2-70b-hf_mlp.csv", "llama-2-70b", "a40", 1, 0.22, 0.28),
 ])

@@ -17,6 +17,7 @@ KNOWN_PARAMS = {
     "llama-3-70b": 70.55e9,
     "mistral-7b": 7.24e9,
     "opt-13b": 12.85e9,
+    "yi-34b": 34.39e9,  # 01-ai/Yi-34B safetensors total: 34,388,917,248
 }
 
 
@@ -92,7 +93,9 @@ def test_gpu_presets_follow_the_datasheets():
     assert a100.hbm_bandwidth == 2039e9 and a100.peak_flops == 312e12
     assert get_gpu("h200").hbm_bandwidth == 4800e9
     assert get_gpu("l4").link_bandwidth < get_gpu("a40").link_bandwidth < a100.link_bandwidth
-    assert set(GPU_PRESETS) == {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "l4", "a40"}
+    assert get_gpu("a100-80gb-pcie").hbm_bandwidth == 1935e9
+    assert set(GPU_PRESETS) == {"a100-40gb", "a100-80gb", "a100-80gb-pcie", "h100-sxm", "h100-pcie",
+                                "h200", "l4", "a40"}
 
 
 def test_get_gpu_custom():
