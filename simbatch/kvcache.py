@@ -25,9 +25,10 @@ KV_MODES = ("paged", "max_length")
 
 def kv_capacity_blocks(*, gpu_memory_bytes: float, weight_bytes: float, kv_bytes_per_token: float,
                        tensor_parallel: int, block_size: int,
-                       gpu_memory_utilization: float) -> int:
-    """KV blocks one replica can hold (weights and KV split evenly over ``tensor_parallel`` GPUs)."""
-    budget = gpu_memory_bytes * gpu_memory_utilization - weight_bytes / tensor_parallel
+                       gpu_memory_utilization: float, reserved_bytes: float = 0.0) -> int:
+    """KV blocks one replica can hold (weights and KV split evenly over ``tensor_parallel`` GPUs;
+    ``reserved_bytes`` per GPU held back by the serving engine, see :mod:`simbatch.engines`)."""
+    budget = gpu_memory_bytes * gpu_memory_utilization - weight_bytes / tensor_parallel - reserved_bytes
     per_block = block_size * kv_bytes_per_token / tensor_parallel
     return max(0, int(budget // per_block))
 

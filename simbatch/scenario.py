@@ -15,13 +15,14 @@ import yaml
 
 from simbatch.engine.disaggregation.params import DisaggregationParams, parse_disaggregation
 from simbatch.engine.routers import ROUTERS
+from simbatch.engines import EngineParams, parse_engine
 from simbatch.errors import SimbatchError
 from simbatch.params import parse_params, require
 from simbatch.policies import parse_policy
 
 TOP_LEVEL = ("name", "description", "workload", "model", "hardware", "cluster", "policy",
              "policies", "cost_model", "kv_cache", "slo", "seed", "sweep", "control", "disaggregation",
-             "variants")
+             "variants", "engine")
 
 
 GROUP_FIELDS = ("hardware", "tensor_parallel", "policy", "cost_model")  # a group may override these
@@ -163,6 +164,7 @@ class Scenario:
     kv_cache: KVCacheParams = field(default_factory=KVCacheParams)
     slo: SLOParams = field(default_factory=SLOParams)
     disaggregation: DisaggregationParams | None = None  # None: no such section
+    engine: EngineParams = field(default_factory=EngineParams)  # the serving engine's overhead and memory
 
     @property
     def is_disaggregated(self) -> bool:
@@ -351,6 +353,7 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
         kv_cache=parse_params(KVCacheParams, data.get("kv_cache"), f"{source}: kv_cache"),
         slo=parse_params(SLOParams, data.get("slo"), f"{source}: slo"),
         disaggregation=parse_disaggregation(data.get("disaggregation"), data["policy"], source),
+        engine=parse_engine(data.get("engine"), f"{source}: engine"),
     )
 
 

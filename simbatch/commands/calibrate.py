@@ -1,7 +1,10 @@
 """``simbatch calibrate``: measure a model's operators with torch and write a profile.
 
 ``simbatch calibrate --report DIR`` prints the fit report of an existing
-profile without measuring (and without torch).
+profile without measuring (and without torch). ``simbatch calibrate
+--from-log LOG... --scenario SCENARIO [--check LOG...]`` fits the scenario's
+serving-engine overhead (:mod:`simbatch.engines`) on measured runs instead,
+without torch, and reports the error on the ``--check`` logs it did not see.
 """
 
 from __future__ import annotations
@@ -27,12 +30,28 @@ def add_arguments(p) -> None:
                    help="profile folder (default: calibration/profiles/<device>-<model>-<dtype>-tp1)")
     p.add_argument("--report", type=Path, default=None, metavar="DIR",
                    help="print the fit report of the existing profile DIR; measures nothing")
+    p.add_argument("--from-log", dest="from_log", nargs="+", type=Path, default=None, metavar="LOG",
+                   help="fit the serving engine's overhead terms (engine: step_s, per_seq_s, per_token_s, "
+                        "request_s) on these measured runs of --scenario; no torch needed")
+    p.add_argument("--scenario", default=None,
+                   help="with --from-log: the scenario that mirrors the measured server (YAML or bundled name)")
+    p.add_argument("--check", nargs="+", type=Path, default=[], metavar="LOG",
+                   help="with --from-log: measured runs held out of the fit, to report its error on")
+    p.add_argument("--terms", default=None,
+                   help="with --from-log: comma-separated terms to fit (default: all four)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="with --from-log: override a field of --scenario (repeatable)")
 
 
 def run(args) -> None:
     """Measure and write a profile, then print its fit report; or only the report (``--report``)."""
     if args.report is not None:
         print(report(args.report))
+        return
+    if args.from_log is not None:
+        from simbatch.commands.calibrate_log import run_from_log
+
+        run_from_log(args)
         return
     from simbatch.calibrate import require_torch
     from simbatch.models import get_model

@@ -37,12 +37,16 @@ SHIPPED_DATA = "simbatch/costmodel/data/vidur_knots.csv"  # what describe() name
 
 def build_cost_model(spec: dict | str | None, model: ModelSpec | str | dict,
                      gpu: GPUSpec | str | dict, tensor_parallel: int = 1,
-                     where: str = "cost_model", base_dir: str | Path | None = None) -> CostModel:
+                     where: str = "cost_model", base_dir: str | Path | None = None,
+                     overhead: dict | None = None, engine_where: str = "engine") -> CostModel:
     """A cost model from its spec: ``{kind: roofline | profile, ...}``.
 
     ``spec`` may also be just the kind's name, or None / a dict without
     ``kind`` for the default (auto). ``base_dir`` resolves a relative
-    profile ``path`` (the scenario file's folder). Errors name ``where`` and
+    profile ``path`` (the scenario file's folder). ``overhead``: the serving
+    engine's step-overhead parameters (:meth:`simbatch.engines.EngineParams.
+    overhead_params`), which then replace the cost model's own; setting them in
+    both places is an error naming ``engine_where``. Errors name ``where`` and
     the field.
     """
     if spec is None:
@@ -52,6 +56,11 @@ def build_cost_model(spec: dict | str | None, model: ModelSpec | str | dict,
     elif not isinstance(spec, dict):
         raise SimbatchError(where, f"expected a mapping with a 'kind', got {type(spec).__name__}")
     params = dict(spec)
+    overhead = dict(overhead or {})
+    both = [k for k in overhead if k in params]
+    if both:
+        raise SimbatchError(f"{where}.{both[0]}", f"set by the serving engine ({engine_where}) too; "
+                                                  "give the overhead in one place")
     kind = params.pop("kind", "auto")
     if not isinstance(kind, str) or kind.strip().lower() not in COST_MODEL_KINDS:
         raise SimbatchError(f"{where}.kind",
@@ -64,9 +73,9 @@ def build_cost_model(spec: dict | str | None, model: ModelSpec | str | dict,
     if kind == "auto":
         kind = _auto_kind(params, model, gpu, tensor_parallel, where)
     if kind == "profile":
-        return _build_profile(params, model, gpu, tensor_parallel, where, base_dir)
+        return _build_profile(params, model, gpu, tensor_parallel, where, base_dir, overhead)
     check_params(params, where)
-    return RooflineCostModel(model, gpu, tensor_parallel, **params)
+    return RooflineCostModel(model, gpu, tensor_parallel, **params, **overhead)
 
 
 def _auto_kind(params: dict, model: ModelSpec, gpu: GPUSpec, tp: int, where: str) -> str:
@@ -80,7 +89,7 @@ def _auto_kind(params: dict, model: ModelSpec, gpu: GPUSpec, tp: int, where: str
 
 
 def _build_profile(params: dict, model: ModelSpec, gpu: GPUSpec, tp: int, where: str,
-                   base_dir: str | Path | None) -> CostModel:
+                   base_dir: str | Path | None, overhead: dict | None = None) -> CostModel:
     """A :class:`ProfileCostModel` from ``{path?, gpu?}`` (see the module docstring)."""
     from simbatch.costmodel.profile import ProfileCostModel  # pandas-heavy: load on use
     from simbatch.costmodel.vidur import describe_shipped, shipped_profile
@@ -105,7 +114,7 @@ def _build_profile(params: dict, model: ModelSpec, gpu: GPUSpec, tp: int, where:
             profile = derive_profile(profile, measured_on, gpu)
         except ValueError as exc:
             raise SimbatchError(where, f"cannot rescale the profile to {gpu.name}: {exc}") from None
-    return ProfileCostModel(profile, model, gpu, tp, path=str(path), where=where)
+    return ProfileCostModel(profile, model, gpu, tp, path=str(path), where=where, overhead=overhead)
 
 
 def _profile_dir(value, base_dir: str | Path | None, where: str) -> Path:

@@ -53,6 +53,7 @@ from simbatch.plan import StepPlan
 # KV reads, FLOPs and bytes stays the one definition.
 GEMMS = ("qkv_proj", "o_proj", "mlp_up", "mlp_down")
 LINEAR_OPS = (*GEMMS, "misc_layer")
+OVERHEAD_PARAMS = ("step_overhead_s", "per_seq_overhead_s", "per_token_overhead_s")
 # Features of the backend terms, per step (see backend_features).
 BACKEND_FEATURES = ("step", "slots", "tokens", "decode_kv_tokens", "prefill_context_tokens")
 STEP_OPS = ("step_forward", "step_host")
@@ -77,7 +78,8 @@ class ProfileCostModel(PricedByWork):
     name = "profile"
 
     def __init__(self, profile, model: ModelSpec | str | dict, gpu: GPUSpec | str | dict,
-                 tensor_parallel: int = 1, *, path: str | None = None, where: str = "cost_model"):
+                 tensor_parallel: int = 1, *, path: str | None = None, where: str = "cost_model",
+                 overhead: dict | None = None):
         self.model = get_model(model, "model")
         self.gpu = get_gpu(gpu, "gpu")
         self.tensor_parallel = check_tensor_parallel(tensor_parallel, self.model, "tensor_parallel")
@@ -91,8 +93,10 @@ class ProfileCostModel(PricedByWork):
         if missing:
             raise SimbatchError(where, f"profile {self.source} lacks {', '.join(missing)}")
         self.fallback_efficiency = self._fallback_efficiencies()
-        overhead = {k: DEFAULT_PARAMS[k] for k in ("step_overhead_s", "per_seq_overhead_s")}
+        engine = overhead  # a serving engine's overhead (simbatch.engines) wins over the profile's
+        overhead = {k: DEFAULT_PARAMS[k] for k in OVERHEAD_PARAMS}
         overhead.update(self.fitted.overhead or {})
+        overhead.update(engine or {})
         self._overhead = overhead
         self._roof = RooflineCostModel(self.model, self.gpu, self.tensor_parallel,
                                        **self.fallback_efficiency, **overhead)
@@ -182,7 +186,8 @@ class ProfileCostModel(PricedByWork):
             "attn_prefill": self._attn(self._pre, pre, True),
             "attn_decode": self._attn(self._dec, dec, False),
             "allreduce": lin[1],
-            "overhead": over["step_overhead_s"] + over["per_seq_overhead_s"] * live + host,
+            "overhead": (over["step_overhead_s"] + over["per_seq_overhead_s"] * live
+                         + over["per_token_overhead_s"] * tokens + host),
             "misc": misc,
         }
         flops, nbytes = self._roof._counts(kept)

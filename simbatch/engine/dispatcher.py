@@ -41,10 +41,12 @@ def rejection_note(rejected: int, replicas: list, limits: list[float]) -> str:
 
 
 def dispatch(env: simpy.Environment, workload: Workload, replicas: list, seqs: list, log: EventLog,
-             router: Router | None = None):
+             router: Router | None = None, request_s: float = 0.0):
     """SimPy process: one event per arrival. The router picks among the replicas that can
     serve the request; a request none can serve is rejected (vLLM rejects prompts longer
-    than ``max_model_len`` the same way)."""
+    than ``max_model_len`` the same way). A request reaches the scheduler ``request_s``
+    after the client sent it (the serving engine's front end, :mod:`simbatch.engines`);
+    its latencies still count from the send."""
     router = router or RoundRobinRouter(replicas)
     arrival = workload.arrival_s.tolist()
     prompt = workload.prompt_tokens.tolist()
@@ -57,8 +59,8 @@ def dispatch(env: simpy.Environment, workload: Workload, replicas: list, seqs: l
     rejected = 0
     log.arrival_s[:] = workload.arrival_s
     for i, t in enumerate(arrival):
-        if t > env.now:
-            yield env.timeout(t - env.now)
+        if t + request_s > env.now:
+            yield env.timeout(t + request_s - env.now)
         total = prompt[i] + output[i]
         candidates = replicas
         if total > floor:

@@ -87,15 +87,19 @@ class RunResult:
 
 
 def kv_blocks_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
-                          tensor_parallel: int | None = None, where: str = "hardware") -> int:
-    """KV capacity of one replica (TP degree: the cluster's unless given); a model that
-    leaves no room for KV is a user error naming ``where``."""
+                          tensor_parallel: int | None = None, where: str = "hardware",
+                          policy: dict | None = None) -> int:
+    """KV capacity of one replica (TP degree: the cluster's unless given) running ``policy``
+    (the scenario's unless given: the engine's start-up profiling pass depends on it); a
+    model that leaves no room for KV is a user error naming ``where``."""
     kv = scenario.kv_cache
     tp = tensor_parallel or scenario.cluster.tensor_parallel
+    reserved = scenario.engine.reserved_bytes(model, tp, policy or scenario.data["policy"])
     blocks = kv_capacity_blocks(
         gpu_memory_bytes=gpu.memory_bytes, weight_bytes=model.weight_bytes,
         kv_bytes_per_token=model.kv_bytes_per_token, tensor_parallel=tp,
-        block_size=kv.block_size, gpu_memory_utilization=kv.gpu_memory_utilization)
+        block_size=kv.block_size, gpu_memory_utilization=kv.gpu_memory_utilization,
+        reserved_bytes=reserved)
     if blocks < 1:
         raise SimbatchError(
             scenario.where(where),
@@ -151,7 +155,8 @@ def replica_backend(scenario: Scenario, model: ModelSpec, own, field) -> tuple[G
     gpu = get_gpu(d["hardware"] if own.hardware is None else own.hardware, scenario.where(field("hardware")))
     tp = own.tensor_parallel or scenario.cluster.tensor_parallel
     spec = d.get("cost_model") if own.cost_model is None else own.cost_model
-    backend = build_cost_model(spec, model, gpu, tp, scenario.where(field("cost_model")), base_dir=scenario.base_dir)
+    backend = build_cost_model(spec, model, gpu, tp, scenario.where(field("cost_model")), base_dir=scenario.base_dir,
+                               overhead=scenario.engine.overhead_params(), engine_where=scenario.where("engine"))
     return gpu, tp, backend
 
 
@@ -169,8 +174,9 @@ def build_groups(scenario: Scenario, model: ModelSpec) -> list[ReplicaGroupSetup
     groups = []
     for i, group in enumerate(scenario.cluster.groups):
         gpu, tp, backend = group_backend(scenario, model, i)
-        blocks = kv_blocks_per_replica(scenario, model, gpu, tp, group_field(scenario, i, "hardware"))
-        policy_cls, params = parse_policy(group.policy_spec(scenario.data["policy"]),
+        spec = group.policy_spec(scenario.data["policy"])
+        blocks = kv_blocks_per_replica(scenario, model, gpu, tp, group_field(scenario, i, "hardware"), spec)
+        policy_cls, params = parse_policy(spec,
                                           scenario.where(group_field(scenario, i, "policy")))
         groups.append(ReplicaGroupSetup(i, group.count, gpu, tp, backend, policy_cls, params, blocks))
     return groups
@@ -218,7 +224,7 @@ def simulate(scenario: Scenario, fast_forward: bool = True) -> RunResult:
     env = simpy.Environment()
     seqs: list[Sequence | None] = [None] * len(workload)
     replicas, router = build_replicas(env, scenario, groups, log, seqs, fast_forward)
-    env.process(dispatch(env, workload, replicas, seqs, log, router))
+    env.process(dispatch(env, workload, replicas, seqs, log, router, scenario.engine.request_s))
     env.run()
     flush_unfinished(seqs, replicas, log)
     first = groups[0]

@@ -38,11 +38,12 @@ import numpy as np
 import pandas as pd
 
 from simbatch.errors import SimbatchError
+from simbatch.measured.replay import replay_scenario
 from simbatch.measured.run import MeasuredRun
 # _slo_attaining is the summary's own rule for slo_attainment: reused, so both sides and
 # summary.json can never disagree on what attaining means.
 from simbatch.metrics.summary import _slo_attaining, latency_stats
-from simbatch.scenario import Scenario, from_dict
+from simbatch.scenario import Scenario
 from simbatch.validation.compare import signed_error
 
 # (name, request column, percentiles compared): the latency errors, in ``validation.json`` order.
@@ -147,21 +148,6 @@ def validate_run(scenario: Scenario, run: MeasuredRun, label: str, name: str) ->
     entry = {"log": label, "num_requests": len(run), "offered_rate": run.offered_rate, **errors}
     return LogValidation(name, run, predicted, pair_requests(measured, predicted.requests),
                          {k: entry[k] for k in ENTRY_KEYS})
-
-
-def replay_scenario(scenario: Scenario, run: MeasuredRun) -> Scenario:
-    """``scenario`` with its workload replaced by the log's requests, inline and in arrival order.
-
-    Every other workload option (``max_total_tokens``, ``rate_scale``, windows)
-    goes too: the replay must be the log's workload exactly, so a request that
-    cannot fit is an error rather than silently clipped.
-    """
-    data = {k: v for k, v in scenario.data.items() if k != "workload"}
-    data["workload"] = {"requests": [
-        {"prompt": int(p), "output": int(o), "arrival_s": float(a)}
-        for a, p, o in zip(run.arrival_s, run.prompt_tokens, run.output_tokens)]}
-    # from_dict keeps `data` as the scenario's own; the other sections are only read.
-    return from_dict(data, scenario.source, scenario.base_dir)
 
 
 def side_values(req: pd.DataFrame, slo: dict) -> dict:

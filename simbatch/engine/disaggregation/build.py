@@ -60,8 +60,9 @@ def build_pool(scenario: Scenario, model: ModelSpec, index: int, pool: str) -> P
     """Pool ``pool``'s GPU, TP degree, cost model, KV capacity and policy, checked."""
     d, dis = scenario.data, scenario.disaggregation
     gpu, tp, backend = replica_backend(scenario, model, dis.pool(pool), lambda f: pool_field(scenario, pool, f))
-    blocks = kv_blocks_per_replica(scenario, model, gpu, tp, pool_field(scenario, pool, "hardware"))
-    policy_cls, params = parse_policy(dis.policy_spec(pool, d["policy"]),
+    spec = dis.policy_spec(pool, d["policy"])
+    blocks = kv_blocks_per_replica(scenario, model, gpu, tp, pool_field(scenario, pool, "hardware"), spec)
+    policy_cls, params = parse_policy(spec,
                                       scenario.where(pool_field(scenario, pool, "policy")))
     return PoolSetup(index, dis.pool(pool).replicas, gpu, tp, backend, policy_cls, params, blocks,
                      pool=pool, router=dis.pool_router(pool))
@@ -102,9 +103,10 @@ def build_replicas(env, scenario: Scenario, pools: list[PoolSetup], log: EventLo
 
 
 def dispatch_prefill(env, workload: Workload, prefill: list, decode_limits: list[float], seqs: list,
-                     log: EventLog, router):
-    """SimPy process: each arrival joins a prefill replica as a one-token request. A request the
-    prefill pool (prompt + 1 token) or the decode pool (prompt + output) cannot serve is rejected."""
+                     log: EventLog, router, request_s: float = 0.0):
+    """SimPy process: each arrival joins a prefill replica as a one-token request, ``request_s``
+    after the client sent it (the engine's front end). A request the prefill pool (prompt + 1
+    token) or the decode pool (prompt + output) cannot serve is rejected."""
     limits = serve_limits(prefill)
     arrival, prompt = workload.arrival_s.tolist(), workload.prompt_tokens.tolist()
     output = workload.output_tokens.tolist()
@@ -114,8 +116,8 @@ def dispatch_prefill(env, workload: Workload, prefill: list, decode_limits: list
     rejected = 0
     log.arrival_s[:] = workload.arrival_s
     for i, t in enumerate(arrival):
-        if t > env.now:
-            yield env.timeout(t - env.now)
+        if t + request_s > env.now:
+            yield env.timeout(t + request_s - env.now)
         candidates = [r for r, lim in zip(prefill, limits) if prompt[i] + 1 <= lim]
         if not candidates or prompt[i] + output[i] > ceiling:
             rejected += 1
@@ -166,7 +168,8 @@ def run_pools(scenario: Scenario, fast_forward: bool = True) -> tuple[RunResult,
                       dis.link, model.kv_bytes_per_token, link_lanes(prefill, decode, pools))
     for r in prefill:
         r.handoff = handoff
-    env.process(dispatch_prefill(env, workload, prefill, decode_limits, seqs, log, prefill_router))
+    env.process(dispatch_prefill(env, workload, prefill, decode_limits, seqs, log, prefill_router,
+                                 scenario.engine.request_s))
     env.run()
     flush_unfinished(seqs, prefill + decode, log)
     result = RunResult(scenario, workload, log, model, pools[0].gpu, pools[0].backend, params, pools,

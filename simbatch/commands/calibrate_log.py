@@ -1,0 +1,83 @@
+"""``simbatch calibrate --from-log``: fit a serving engine's overhead on measured runs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from simbatch.errors import SimbatchError
+
+
+def run_from_log(args) -> None:
+    """Fit the terms on ``args.from_log``, print them as an ``engine:`` section, then the
+    error per log (fitted and held out), and write ``engine.yaml`` under ``--out``."""
+    from simbatch.engines import FITTED_TERMS
+    from simbatch.measured import read_measured
+    from simbatch.measured.fit_engine import fit_engine
+    from simbatch.scenario import load_scenario
+
+    if args.scenario is None:
+        raise SimbatchError("--from-log", "needs --scenario SCENARIO (the scenario that mirrors the server)")
+    terms = FITTED_TERMS if args.terms is None else tuple(t.strip() for t in args.terms.split(",") if t.strip())
+    for term in terms:
+        if term not in FITTED_TERMS:
+            raise SimbatchError("--terms", f"unknown term {term!r}; allowed: {', '.join(FITTED_TERMS)}")
+    out = _check_out(args.out)
+    scenario = load_scenario(args.scenario, args.overrides)
+    fit_runs = [read_measured(p) for p in args.from_log]
+    check_runs = [read_measured(p) for p in args.check]
+
+    def progress(n: int, loss: float) -> None:
+        print(f"\rfitting {', '.join(terms)}: {n} simulations, loss {loss:.4f}", end="", file=sys.stderr)
+
+    fit = fit_engine(scenario, fit_runs, terms, progress=progress)
+    print(file=sys.stderr)
+    engine = {**{k: v for k, v in scenario.engine.describe().items() if v is not None}, **fit.terms}
+    text = engine_yaml(engine, fit_runs)
+    print(text, end="")
+    print(error_table(scenario, engine, fit_runs, check_runs))
+    if out is not None:
+        from simbatch.report.outputs import atomic_write
+
+        atomic_write(out, lambda p: Path(p).write_text(text))
+        print(f"wrote {out}")
+
+
+def _check_out(out: Path | None) -> Path | None:
+    """``--out`` names the engine YAML file; checked before any simulation."""
+    if out is None:
+        return None
+    if out.is_dir():
+        raise SimbatchError(str(out), "is a folder; with --from-log, --out names the engine YAML file to write")
+    if not out.parent.is_dir():
+        raise SimbatchError(str(out), "its folder does not exist")
+    return out
+
+
+def engine_yaml(engine: dict, runs) -> str:
+    """The fitted ``engine:`` section, with the logs it was fitted on as a comment."""
+    names = ", ".join(Path(r.source).name for r in runs)
+    lines = [f"# fitted by simbatch calibrate --from-log on {names}", "engine:"]
+    for key, value in engine.items():
+        shown = str(value).lower() if isinstance(value, bool) else (f"{value:.4g}" if isinstance(value, float)
+                                                                   else value)
+        lines.append(f"  {key}: {shown}")
+    return "\n".join(lines) + "\n"
+
+
+def error_table(scenario, engine: dict, fit_runs, check_runs) -> str:
+    """Measured vs predicted TTFT / TPOT percentiles per log, marked fitted or held out."""
+    from simbatch.measured.fit_engine import METRICS, measured_metrics, predicted_metrics
+    from simbatch.report.table import render
+
+    rows = []
+    for role, runs in (("fit", fit_runs), ("check", check_runs)):
+        for r in runs:
+            m, p = measured_metrics(r), predicted_metrics(scenario, r, engine)
+            row = {"log": Path(r.source).name, "role": role}
+            for k in METRICS:
+                row[f"{k} ms"] = f"{m[k]:.0f} / {p[k]:.0f}"
+                row[f"{k} err %"] = f"{(p[k] / m[k] - 1) * 100:+.1f}"
+            rows.append(row)
+    headers = list(rows[0])
+    return "measured / predicted:\n" + render(headers, [[str(r[h]) for h in headers] for r in rows]) + "\n"

@@ -1,0 +1,156 @@
+"""Serving engines: what a real server spends besides GPU kernels, and the memory it holds back.
+
+A cost model prices a step's kernels. A real serving engine adds two things
+that matter under load, and the scenario's ``engine:`` section models both:
+
+- **Engine overhead** per step, outside the GPU kernels: scheduling, building
+  the step's input tensors, sampling, detokenising, and hops between
+  processes (vLLM behind Ray pickles every running sequence's metadata to its
+  worker and the outputs back, each step). Before vLLM overlapped it with the
+  GPU (v0.6, Sept 2024) this time was serial with the kernels, so it adds to
+  the step: ``step_s + per_seq_s x sequences + per_token_s x tokens`` (Vidur
+  profiles the same pieces of vLLM: schedule, prepare inputs, sampler,
+  process outputs, Ray communication, each as a function of the batch).
+- **Front-end latency** per request: from the client's send to the
+  scheduler seeing it (HTTP, the tokeniser, the hop into the engine process):
+  ``request_s``, added to every latency of the request, never to a step.
+- **Memory held back from the KV cache.** vLLM (``Worker.
+  profile_num_available_blocks``, v0.2 onwards; DistServe's worker copies it)
+  runs one dummy forward pass of ``max_num_batched_tokens`` tokens split over
+  ``max_num_seqs`` sequences, then sizes the KV pool as ``total memory x
+  gpu_memory_utilization - peak memory in use``: the peak includes the
+  weights, the activations of that pass (the caching allocator keeps them
+  reserved) and memory outside PyTorch (the CUDA context, library
+  workspaces). ``profile_activations`` and ``non_torch_gib`` model it.
+
+Presets name real engines; their overhead figures were fitted by
+``simbatch calibrate --from-log`` on the measured runs they cite (only the
+runs at 2 req/s or less for vLLM), and nothing in them depends on a file or a
+rate. ``preset: none`` (the default) keeps the cost model's own
+``step_overhead_s`` / ``per_seq_overhead_s`` and holds no memory back, as
+simbatch always did. See docs/cost_models.md, "Engine overhead".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+
+from simbatch.errors import SimbatchError
+from simbatch.models import ModelSpec
+
+GiB = 1 << 30
+OVERHEAD_TERMS = ("step_s", "per_seq_s", "per_token_s")
+FITTED_TERMS = (*OVERHEAD_TERMS, "request_s")  # what `calibrate --from-log` fits
+# Bytes the dummy pass's sampler holds per logit: vLLM v0.2's sampler (top-k/top-p
+# requested by the profiling run) keeps the fp32 logits, their softmax and log-softmax
+# and the sorted copy (4 bytes each) and the sort's int64 indices (8 bytes).
+SAMPLER_BYTES_PER_LOGIT = 4 * 4 + 8
+
+# Each preset: the three overhead terms (seconds), whether the engine profiles
+# activations at start-up, and the memory it holds outside PyTorch (GiB).
+PRESETS: dict[str, dict] = {
+    "none": {},
+    # vLLM of late 2023 (v0 engine, no CUDA graphs) started with --engine-use-ray
+    # --worker-use-ray, as DistServe's artifact ran it (shared/measured/README.md).
+    # Overhead fitted on vllm-100-1, vllm-150-1.5, vllm-100-2 and vllm-200-2 (OPT-13B,
+    # one A100-80GB), checked on vllm-250-2.5 and vllm-300-3.
+    "vllm-0.2-ray": {"step_s": 4.0e-3, "per_seq_s": 6.0e-4, "per_token_s": 0.0,
+                     "profile_activations": True, "non_torch_gib": 0.75},
+    # DistServe (OSDI'24) on SwiftTransformer kernels, one prefill and one decode
+    # instance; fitted on its 3 and 4.5 req/s runs, checked on 6-12 req/s.
+    "distserve": {"step_s": 2.0e-3, "per_seq_s": 1.0e-4, "per_token_s": 0.0,
+                  "profile_activations": True, "non_torch_gib": 0.75},
+}
+
+
+@dataclass(frozen=True)
+class EngineParams:
+    """The scenario's ``engine:`` section, resolved: a preset overlaid with explicit fields."""
+
+    preset: str = "none"
+    step_s: float | None = None
+    per_seq_s: float | None = None
+    per_token_s: float | None = None
+    request_s: float = 0.0  # front end: client send -> scheduler (HTTP, tokeniser, process hops)
+    profile_activations: bool = False
+    non_torch_gib: float = 0.0
+
+    @property
+    def has_overhead(self) -> bool:
+        """True when the engine sets the step overhead (else the cost model's own applies)."""
+        return any(getattr(self, k) is not None for k in OVERHEAD_TERMS)
+
+    def overhead_params(self) -> dict[str, float]:
+        """The cost model parameters these terms set (missing terms are 0)."""
+        if not self.has_overhead:
+            return {}
+        return {"step_overhead_s": self.step_s or 0.0, "per_seq_overhead_s": self.per_seq_s or 0.0,
+                "per_token_overhead_s": self.per_token_s or 0.0}
+
+    def describe(self) -> dict:
+        """Every field, for ``summary.json``."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def reserved_bytes(self, model: ModelSpec, tensor_parallel: int, policy: dict | None) -> float:
+        """Bytes per GPU held back from the KV cache (module docstring), for a replica
+        running ``policy`` (its ``max_num_batched_tokens`` / ``max_num_seqs`` size the
+        profiling pass; a policy without them profiles nothing)."""
+        held = self.non_torch_gib * GiB
+        if self.profile_activations:
+            held += profiling_peak_bytes(model, tensor_parallel, *profiling_shape(policy))
+        return held
+
+
+def profiling_shape(policy: dict | None) -> tuple[int, int]:
+    """(tokens, sequences) of the start-up dummy pass for a policy spec (vLLM: the step
+    budget over ``max_num_seqs`` sequences; padded batches: the batch at its context)."""
+    p = policy or {}
+    tokens = p.get("max_num_batched_tokens") or p.get("chunk_size") or 0
+    seqs = p.get("max_num_seqs") or p.get("batch_size") or p.get("max_batch_size") or 0
+    return int(tokens), int(seqs)
+
+
+def profiling_peak_bytes(model: ModelSpec, tensor_parallel: int, tokens: int, seqs: int) -> float:
+    """Peak activation bytes per GPU of one forward pass of ``tokens`` tokens whose last
+    tokens of ``seqs`` sequences are sampled: the larger of the layer's widest moment
+    (residual and hidden states, the MLP's up projection and its activation) and the
+    sampler's logits; the caching allocator reuses one for the other."""
+    tp, dt = tensor_parallel, model.dtype_bytes
+    mlp_up = (2 if model.gated_mlp else 1) * model.intermediate_size // tp
+    forward = tokens * dt * (2 * model.hidden_size + mlp_up + model.intermediate_size // tp)
+    sampler = min(seqs, tokens or seqs) * model.vocab_size * SAMPLER_BYTES_PER_LOGIT
+    return float(max(forward, sampler))
+
+
+def parse_engine(spec, where: str) -> EngineParams:
+    """``engine:`` as a preset name or ``{preset, step_s, per_seq_s, per_token_s,
+    profile_activations, non_torch_gib}``; fields given override the preset's."""
+    if spec is None:
+        return EngineParams()
+    if isinstance(spec, str):
+        spec = {"preset": spec}
+    if not isinstance(spec, dict):
+        raise SimbatchError(where, f"expected a preset name or a mapping, got {type(spec).__name__}")
+    names = [f.name for f in fields(EngineParams)]
+    for key in spec:
+        if key not in names:
+            raise SimbatchError(f"{where}.{key}", f"unknown field; allowed: {', '.join(names)}")
+    preset = spec.get("preset", "none")
+    if preset not in PRESETS:
+        raise SimbatchError(f"{where}.preset", f"unknown engine {preset!r}; presets: {', '.join(PRESETS)}")
+    values = {**PRESETS[preset], **{k: v for k, v in spec.items() if k != "preset"}}
+    for key, value in values.items():
+        _check(key, value, f"{where}.{key}")
+    return replace(EngineParams(preset=preset), **values)
+
+
+def _check(key: str, value, where: str) -> None:
+    if key == "profile_activations":
+        if not isinstance(value, bool):
+            raise SimbatchError(where, f"expected true or false, got {value!r}")
+        return
+    if value is None and key in OVERHEAD_TERMS:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise SimbatchError(where, f"expected a finite number >= 0, got {value!r}")
