@@ -6,9 +6,11 @@ one, so they are fitted through the simulator itself: each candidate set is
 simulated on every fitting log's exact workload and scored by the squared log
 ratio of predicted to measured TTFT p50 / p90 and TPOT p50 / p90, summed over
 the logs. One set of terms serves every log: nothing depends on a file or a
-rate. The search is a coordinate descent in log space (each term in turn tries
-a few multiples of its value and zero, the step narrowing when nothing
-improves); it is deterministic, needs no gradient and about a hundred
+rate. The search is deterministic and needs no gradient: a coordinate descent
+in log space (each term in turn tries a few multiples of its value and zero,
+the step narrowing when nothing improves), then a Nelder-Mead simplex in log
+space, which follows the valley where a per-step and a per-sequence cost trade
+off against each other (logs at several loads tell them apart); a few hundred
 simulations of a few hundred requests each.
 """
 
@@ -28,7 +30,8 @@ from simbatch.scenario import Scenario
 METRICS = ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90")
 # A term at zero restarts from this scale (seconds): a step, a sequence, a token, a request.
 SCALES = {"step_s": 1e-3, "per_seq_s": 1e-4, "per_token_s": 1e-6, "request_s": 1e-2}
-ROUNDS = ((0.25, 0.5, 2.0, 4.0), (0.7, 1.4), (0.85, 1.18))
+ROUNDS = ((0.25, 0.5, 2.0, 4.0), (0.7, 1.4))
+SIMPLEX_EVALUATIONS = 120  # budget of the Nelder-Mead stage
 
 
 @dataclass
@@ -99,7 +102,49 @@ def fit_engine(scenario: Scenario, runs: list[MeasuredRun], terms: tuple[str, ..
                     got = score(trial)
                     if got < best - 1e-12:
                         best, current, improved = got, trial, True
+    live = [t for t in terms if current[t] > 0]  # a term the descent set to zero stays there
+    if live:
+        point, best = nelder_mead(lambda x: score({**current, **dict(zip(live, np.exp(x)))}),
+                                  np.log([current[t] for t in live]), best, SIMPLEX_EVALUATIONS)
+        current = {**current, **dict(zip(live, np.exp(point).tolist()))}
     return EngineFit(current, best, count)
+
+
+def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, f0: float, budget: int,
+                step: float = math.log(1.5)) -> tuple[np.ndarray, float]:
+    """Minimise ``f`` from ``x0`` (where it is ``f0``) with the Nelder-Mead simplex (standard
+    coefficients: reflect 1, expand 2, contract 0.5, shrink 0.5) within ``budget`` calls."""
+    simplex = [x0] + [x0 + step * e for e in np.eye(len(x0))]
+    values = [f0] + [f(x) for x in simplex[1:]]
+    calls = len(x0)
+    while calls < budget:
+        order = np.argsort(values, kind="stable")
+        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        if values[-1] - values[0] < 1e-9:
+            break
+        centre = np.mean(simplex[:-1], axis=0)
+        reflected = centre + (centre - simplex[-1])
+        fr = f(reflected)
+        calls += 1
+        if fr < values[0]:
+            expanded = centre + 2 * (centre - simplex[-1])
+            fe = f(expanded)
+            calls += 1
+            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = reflected, fr
+        else:
+            contracted = centre + 0.5 * (simplex[-1] - centre)
+            fc = f(contracted)
+            calls += 1
+            if fc < values[-1]:
+                simplex[-1], values[-1] = contracted, fc
+            else:  # shrink towards the best point
+                simplex = [simplex[0]] + [simplex[0] + 0.5 * (x - simplex[0]) for x in simplex[1:]]
+                values = [values[0]] + [f(x) for x in simplex[1:]]
+                calls += len(simplex) - 1
+    i = int(np.argmin(values))
+    return simplex[i], values[i]
 
 
 def _candidates(value: float, term: str, factors: tuple[float, ...]) -> list[float]:

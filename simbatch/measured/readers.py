@@ -69,6 +69,8 @@ def read_measured(path: str | Path, format: str | None = None, columns: dict | N
     if format == "distserve":
         return read_distserve(path)
     if format == "generic":
+        if columns is None and _has_own_columns(path):
+            columns = SIMBATCH_COLUMNS  # a requests.csv that simbatch itself wrote
         if columns is None:
             raise SimbatchError("columns", f"required to read {path} as a generic log")
         return read_generic_run(path, columns, **options)
@@ -76,6 +78,20 @@ def read_measured(path: str | Path, format: str | None = None, columns: dict | N
     if format == "vllm":
         return _vllm_run(str(path), doc, options.get("arrivals"))
     return _genai_run(str(path), doc, options.get("experiment"), options.get("prompt_tokens"))
+
+
+# The columns of the requests.csv that `simbatch run` writes: such a file reads without a mapping.
+SIMBATCH_COLUMNS = {"arrival": "arrival_s", "prompt": "prompt_tokens", "output": "output_tokens",
+                    "first_token": "first_token_s", "finish": "finish_s"}
+
+
+def _has_own_columns(path: str | Path) -> bool:
+    """Whether a CSV's header holds every column of :data:`SIMBATCH_COLUMNS`."""
+    p = _existing(path)
+    if p.suffix.lower() != ".csv":
+        return False
+    header = _text(p).split("\n", 1)[0]
+    return set(SIMBATCH_COLUMNS.values()) <= {c.strip() for c in header.split(",")}
 
 
 def detect_measured_format(path: str | Path) -> str:
