@@ -184,9 +184,10 @@ def test_breakdown_sums_and_useful_work_matches_the_roofline():
         assert (c.useful_flops, c.useful_bytes) == (r.useful_flops, r.useful_bytes)
         # A100 linear measured vs the roofline fitted to it: within the roofline's 14 %
         assert c.breakdown["linear"] == pytest.approx(r.breakdown["linear"], rel=0.2)
-    # attention falls back to a roofline whose efficiencies were refitted to this very data
+    # attention falls back to a roofline whose efficiencies were refitted to this very data;
+    # the defaults were fitted on three A100 models, this profile is the 7B's (ratios 0.99 / 0.97)
     c, r = cm.step_cost(decode(64, 2048)), roof.step_cost(decode(64, 2048))
-    assert c.breakdown["attn_decode"] == pytest.approx(r.breakdown["attn_decode"], rel=0.02)
+    assert c.breakdown["attn_decode"] == pytest.approx(r.breakdown["attn_decode"], rel=0.03)
     assert cm.step_cost(StepPlan([], [], [])).seconds == cm.describe()["step_overhead_s"]
 
 
