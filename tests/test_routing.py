@@ -102,7 +102,8 @@ def test_round_robin_equals_the_dispatcher_before_routers():
     import simbatch.engine.simulation as simulation
 
     original = simulation.dispatch
-    simulation.dispatch = lambda env, w, reps, seqs, log, router: reference_round_robin(env, w, reps, seqs, log)
+    simulation.dispatch = (lambda env, w, reps, seqs, log, router, request_s=0.0:  # no front end here
+                           reference_round_robin(env, w, reps, seqs, log))
     try:
         old = simulate(sc)
     finally:
