@@ -37,6 +37,7 @@ from pathlib import Path
 import pandas as pd
 
 from simbatch.costmodel import RooflineCostModel
+from simbatch.costmodel.base import chunked_prefill_seconds
 from simbatch.plan import StepPlan
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,15 +55,7 @@ def cost_model(**params: float) -> RooflineCostModel:
     return RooflineCostModel(MODEL, GPU, tensor_parallel=TP, **params)
 
 
-def prefill_seconds(cm: RooflineCostModel, length: int, chunk: int) -> float:
-    """Seconds to prefill ``length`` tokens in chunks of ``chunk``, one step per chunk."""
-    total, done = 0.0, 0
-    while done < length:
-        c = min(chunk, length - done)
-        total += cm.step_cost(StepPlan(request_ids=[0], num_new_tokens=[c],
-                                       num_context_tokens=[done], num_decode_slots=0)).seconds
-        done += c
-    return total
+prefill_seconds = chunked_prefill_seconds
 
 
 def table2_plans() -> dict[tuple[int, int], StepPlan]:

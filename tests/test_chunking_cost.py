@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from simbatch.costmodel import RooflineCostModel
+from simbatch.costmodel.base import chunked_prefill_seconds
 from simbatch.costmodel.roofline import DEFAULT_PARAMS
 from simbatch.plan import StepPlan
 
@@ -31,14 +32,7 @@ def yi():
     return RooflineCostModel("yi-34b", "a100-80gb-pcie", tensor_parallel=2)
 
 
-def chunked(cm, length: int, chunk: int) -> float:
-    total, done = 0.0, 0
-    while done < length:
-        c = min(chunk, length - done)
-        total += cm.step_cost(StepPlan(request_ids=[0], num_new_tokens=[c],
-                                       num_context_tokens=[done], num_decode_slots=0)).seconds
-        done += c
-    return total
+chunked = chunked_prefill_seconds
 
 
 def test_smaller_chunks_cost_more_in_total(yi):

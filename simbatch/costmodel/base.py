@@ -37,3 +37,15 @@ class CostModel(Protocol):
     def describe(self) -> dict:
         """What this cost model is, for ``summary.json`` (``kind``, ``source``, parameters)."""
         ...
+
+
+def chunked_prefill_seconds(cost_model: CostModel, length: int, chunk: int) -> float:
+    """Seconds to prefill a ``length``-token prompt alone in chunks of ``chunk`` tokens, one
+    step per chunk, each over the KV of the chunks before it (Sarathi-Serve's Figure 9 setup)."""
+    total, done = 0.0, 0
+    while done < length:
+        c = min(chunk, length - done)
+        total += cost_model.step_cost(StepPlan(request_ids=[0], num_new_tokens=[c],
+                                               num_context_tokens=[done], num_decode_slots=0)).seconds
+        done += c
+    return total
