@@ -79,7 +79,7 @@ def test_the_profiling_pass_and_non_torch_memory_shrink_the_kv_cache():
 
 def test_front_end_latency_adds_to_every_latency_and_to_no_step():
     over = ["workload.synthetic.num_requests=1"]
-    plain = run(load_scenario("vllm_opt13b_a100", over)).requests.iloc[0]
+    plain = run(load_scenario("vllm_opt13b_a100", over + ["engine.request_s=0"])).requests.iloc[0]
     slow = run(load_scenario("vllm_opt13b_a100", over + ["engine.request_s=0.03"])).requests.iloc[0]
     assert slow.ttft_ms - plain.ttft_ms == pytest.approx(30.0)
     assert slow.e2el_ms - plain.e2el_ms == pytest.approx(30.0)
