@@ -82,6 +82,11 @@ class EngineParams:
     non_torch_gib: float = 0.0
 
     @property
+    def is_plain(self) -> bool:
+        """True when the scenario models no serving engine (every field at its default)."""
+        return self == EngineParams()
+
+    @property
     def has_overhead(self) -> bool:
         """True when the engine sets the step overhead (else the cost model's own applies)."""
         return any(getattr(self, k) is not None for k in OVERHEAD_TERMS)

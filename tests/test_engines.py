@@ -140,3 +140,10 @@ def test_calibrate_from_log_bad_log_is_one_line(tmp_path, capsys):
     assert main(["calibrate", "--from-log", str(log), "--scenario", "chat"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "log.csv" in err
+
+
+def test_the_summary_names_the_engine_only_when_one_is_modelled():
+    over = ["workload.synthetic.num_requests=5"]
+    assert run(load_scenario("chat", over)).summary["engine"] is None
+    engine = run(load_scenario("vllm_opt13b_a100", over)).summary["engine"]
+    assert engine["preset"] == "vllm-0.2-ray" and engine["profile_activations"] is True

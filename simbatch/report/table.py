@@ -128,6 +128,12 @@ def format_summary(summary: dict, title: str) -> str:
     cm = s.get("cost_model")
     if isinstance(cm, dict):  # which cost model priced the steps, and from what data
         tail.append(f"cost model    {cm.get('kind')} ({cm.get('source')})")
+    engine = s.get("engine")
+    if isinstance(engine, dict):  # what the serving engine adds: overhead, front end, memory
+        ms = {k: 1e3 * (engine.get(k) or 0.0) for k in ("step_s", "per_seq_s", "request_s")}
+        tail.append(f"engine        {engine.get('preset')}: {ms['step_s']:.3g} ms/step + {ms['per_seq_s']:.3g} ms/seq"
+                    f" + {1e6 * (engine.get('per_token_s') or 0.0):.3g} us/token, front end {ms['request_s']:.3g} ms"
+                    + (", KV less the profiling pass" if engine.get("profile_activations") else ""))
     return "\n".join(head + [lat] + tail + feature_lines(s))
 
 
