@@ -69,6 +69,21 @@ def test_dynamic_sends_largest_preferred_size_at_once():
     assert sim.log.first_scheduled_s[0] == 0.0
 
 
+def test_dynamic_prefers_a_preferred_size_to_a_full_batch():
+    """Triton: preferred [4], max 8, 10 queued sends 4 (the largest preferred size that can be
+    formed), not 8."""
+    sim = simulate_policy("dynamic", {"max_batch_size": 8, "preferred_batch_sizes": [4]}, [(0, 10, 2)] * 10)
+    assert [len(b) for b in batches(sim)][:3] == [4, 4, 2]
+
+
+def test_dynamic_defaults_are_tritons():
+    """No delay by default (max_queue_delay_microseconds 0) and, with no preferred sizes, batches
+    as large as possible up to max_batch_size."""
+    sim = simulate_policy("dynamic", {"max_batch_size": 4}, [(0.0, 10, 2)] * 6 + [(0.5, 10, 2)])
+    assert sim.log.first_scheduled_s[6] == pytest.approx(0.5)  # the late one leaves on arrival
+    assert [len(b) for b in batches(sim)] == [4, 2, 1]
+
+
 def test_dynamic_waits_up_to_queue_delay():
     sim = simulate_policy("dynamic", {"max_batch_size": 4, "max_queue_delay_us": 100_000},
                           [(0.0, 10, 2), (0.03, 10, 2)])

@@ -1,10 +1,14 @@
 """Dynamic batching with the rules of Triton Inference Server's dynamic batcher.
 
-When the model is free the batcher looks at its queue:
-1. ``max_batch_size`` requests queued: send a full batch at once;
-2. else, if a preferred size can be formed: send the largest such size at once;
-3. else, if the oldest request has waited ``max_queue_delay_us``: send all queued;
-4. else wait (for an arrival or the oldest request's delay to expire).
+Triton's user guide (docs/user_guide/batcher.md, "Dynamic Batcher": "Preferred
+Batch Sizes" and "Delayed Batching"). When the model is free the batcher looks
+at its queue, in arrival order:
+1. if a preferred size can be formed: send a batch of the largest such size at
+   once (no preferred sizes configured: ``max_batch_size`` is the one), even
+   when more are queued (preferred ``[4]``, max 8, 10 queued: 4 go);
+2. else, once the oldest request has waited ``max_queue_delay_us`` (Triton's
+   default: 0, no delay): send as many as are queued, up to ``max_batch_size``;
+3. else wait (for an arrival or the oldest request's delay to expire).
 Each batch runs to completion, padded to its own longest prompt and output.
 ``bucket_by_length`` (not a Triton feature) fills the batch with the requests
 whose prompt lengths are closest to the oldest one's, to cut padding; the oldest
@@ -27,7 +31,7 @@ class DynamicParams:
 
     max_batch_size: int = 32
     preferred_batch_sizes: list[int] = field(default_factory=list)
-    max_queue_delay_us: float = 100_000.0
+    max_queue_delay_us: float = 0.0  # Triton's default: never delay
     bucket_by_length: bool = False
 
     def __post_init__(self):
@@ -50,14 +54,12 @@ class DynamicPolicy(BatchPolicy):
         queued = len(self.waiting)
         if queued == 0:
             return 0
-        if queued >= p.max_batch_size:
-            return p.max_batch_size
-        preferred = [s for s in p.preferred_batch_sizes if s <= queued]
-        if preferred:
-            return max(preferred)
+        formable = [s for s in p.preferred_batch_sizes or (p.max_batch_size,) if s <= queued]
+        if formable:
+            return max(formable)
         deadline = self.waiting[0].arrival_s + p.max_queue_delay_us * 1e-6
         if now >= deadline:
-            return queued
+            return min(queued, p.max_batch_size)
         self.timer = deadline
         return 0
 
