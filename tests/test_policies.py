@@ -198,3 +198,30 @@ def test_chunked_prefill_budget_defaults_to_chunk_size():
 def test_request_larger_than_kv_cache_fails_loudly_instead_of_looping():
     with pytest.raises(RuntimeError, match="needs more KV blocks than exist"):
         simulate_policy("continuous", {"watermark": 0.0}, [(0, 20, 30)], kv_blocks=2)
+
+
+def test_chunked_prefill_admits_nobody_in_a_step_that_preempted(monkeypatch):
+    """vLLM v1: a step whose running requests needed a preemption for KV takes nobody from the
+    waiting queue (scheduler.py, ``if not preempted_reqs``)."""
+    from simbatch.policies.chunked_prefill import ChunkedPrefillPolicy
+
+    steps = []
+    original = ChunkedPrefillPolicy.schedule
+
+    def recording(self, now):
+        queued = {s.id for s in self.waiting}
+        before = sum(s.num_preemptions for s in [*self.running, *self.waiting])
+        plan = original(self, now)
+        after = sum(s.num_preemptions for s in [*self.running, *self.waiting])
+        admitted = queued & set(plan.request_ids) if plan else set()
+        steps.append((after > before, admitted))
+        return plan
+
+    monkeypatch.setattr(ChunkedPrefillPolicy, "schedule", recording)
+    # Tight memory: 40 blocks of 16 tokens for requests that grow to 200 tokens each.
+    triples = [(0.01 * i, 100, 100) for i in range(30)]
+    simulate_policy("chunked_prefill", {"max_num_seqs": 16, "chunk_size": 64, "max_num_batched_tokens": 512},
+                    triples, kv_blocks=40)
+    preempting = [admitted for preempted, admitted in steps if preempted]
+    assert preempting and all(not a for a in preempting)
+    assert any(admitted for preempted, admitted in steps if not preempted)

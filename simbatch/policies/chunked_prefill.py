@@ -6,7 +6,11 @@ left of the budget goes to prefill chunks of at most ``chunk_size`` tokens —
 first requests whose prefill is under way, then new ones from the queue, while
 ``max_num_seqs`` and KV memory allow. Without an explicit budget the budget is
 ``chunk_size`` (Sarathi-Serve's "token budget" is its chunk size). New requests
-come from the queue in ``queue_order`` (:mod:`simbatch.policies.queue_order`).
+come from the queue in ``queue_order`` (:mod:`simbatch.policies.queue_order`),
+except in a step that preempted a running request: as vLLM v1's scheduler
+(``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``: "if not
+preempted_reqs"), such a step admits nobody, so memory freed by a preemption
+is not handed straight to a newcomer that would soon be preempted in turn.
 """
 
 from __future__ import annotations
@@ -57,10 +61,14 @@ class ChunkedPrefillPolicy(IterationPolicy):
         # Running requests whose prefill is under way, in running order (exact between steps).
         self.prefilling: list[Sequence] = []
         self.rescan = False  # a preemption reordered things: rebuild prefilling after the step
+        self.preempted_now = False  # this step preempted someone: admit nobody (vLLM v1)
 
     def schedule(self, now: float) -> StepPlan | None:
         budget = self.params.budget
         self.preempt_for_priority(now)
+        # Preempting for a more important waiting request is meant to admit it: only
+        # preemptions for KV growth below hold the queue back.
+        self.preempted_now = False
         decoding, prefilling = [], []
         for seq in self.running:  # seq.is_decoding, inlined: this loop runs every step
             (decoding if seq.num_generated and seq.num_tokens - seq.num_computed == 1 else prefilling).append(seq)
@@ -84,6 +92,7 @@ class ChunkedPrefillPolicy(IterationPolicy):
         """The chunk part of :meth:`schedule` when every running decode is already planned
         (its blocks taken, ``budget`` what they left; ``protected``: their ids). Policies
         with an age bound or priority preemption never get here (``mixes_chunks`` is off)."""
+        self.preempted_now = False  # the decodes were planned without preempting anyone
         chunks, budget = self.take_running(self.prefilling, budget, decoding=False, protected=protected)
         return chunks + self.admit_chunks(budget)
 
@@ -99,7 +108,7 @@ class ChunkedPrefillPolicy(IterationPolicy):
 
     def preempt(self, seq: Sequence) -> None:
         super().preempt(seq)
-        self.rescan = True
+        self.rescan = self.preempted_now = True
 
     def on_step_done(self, plan, finished, now) -> None:
         super().on_step_done(plan, finished, now)
@@ -144,7 +153,8 @@ class ChunkedPrefillPolicy(IterationPolicy):
         """First chunks of queued requests (after their cached prefix), in queue order,
         while budget, seats and KV last."""
         taken = []
-        if not (self.waiting and budget > 0 and len(self.running) < self.params.max_num_seqs):
+        if self.preempted_now or not (self.waiting and budget > 0
+                                      and len(self.running) < self.params.max_num_seqs):
             return taken
         self.order_queue(now)
         kv = self.kv
