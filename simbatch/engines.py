@@ -58,13 +58,13 @@ PRESETS: dict[str, dict] = {
     # checked on vllm-250-2.5 and vllm-300-3 (benchmarks/bench_fidelity.py). The
     # memory terms are not fitted: the profiling pass is computed from the model and
     # the flags; 0.75 GiB outside PyTorch is the CUDA context and library workspaces.
-    "vllm-0.2-ray": {"step_s": 5.54e-3, "per_seq_s": 6.27e-4, "per_token_s": 1.41e-5, "request_s": 2.02e-2,
+    "vllm-0.2-ray": {"step_s": 8.09e-3, "per_seq_s": 5.21e-4, "per_token_s": 0.0, "request_s": 3.26e-2,
                      "profile_activations": True, "non_torch_gib": 0.75},
     # DistServe (OSDI'24) on SwiftTransformer kernels behind Ray, one prefill and one
     # decode instance; fitted the same way on its 3 and 4.5 req/s runs (OPT-13B,
     # prefill TP2 + decode TP1), checked on 6-12 req/s. Its workers size the KV pool
     # with the same profiling rule as vLLM's (DistServe's worker.py).
-    "distserve": {"step_s": 5.83e-3, "per_seq_s": 1.43e-4, "per_token_s": 8.15e-6, "request_s": 9.78e-3,
+    "distserve": {"step_s": 4.33e-3, "per_seq_s": 1.81e-4, "per_token_s": 8.35e-6, "request_s": 1.13e-2,
                   "profile_activations": True, "non_torch_gib": 0.75},
 }
 

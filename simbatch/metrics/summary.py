@@ -119,7 +119,7 @@ def steps_table(log: EventLog) -> pd.DataFrame:
     return pd.DataFrame(cols, columns=names)
 
 
-def _slo_attaining(req: pd.DataFrame, slo: dict) -> int:
+def slo_attaining(req: pd.DataFrame, slo: dict) -> int:
     """Requests that completed and met every given target (a 1-token request has no TPOT: passes)."""
     ok = req["completed"].to_numpy().copy()
     for key, target in slo.items():
@@ -193,7 +193,7 @@ def summarize(log: EventLog, workload: Workload, *, slo: dict | None = None, pea
     duration = _duration(log, steps)
     out_tokens = float(req["num_output_tokens"].to_numpy()[done].sum())
     in_tokens = float(req["prompt_tokens"].to_numpy()[done].sum())
-    attaining = _slo_attaining(req, slo) if slo else None
+    attaining = slo_attaining(req, slo) if slo else None
     gaps, counts = itl_pool(token_runs(log), done)
     s = {
         "num_requests": int(log.num_requests),

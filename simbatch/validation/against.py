@@ -40,9 +40,9 @@ import pandas as pd
 from simbatch.errors import SimbatchError
 from simbatch.measured.replay import replay_scenario
 from simbatch.measured.run import MeasuredRun
-# _slo_attaining is the summary's own rule for slo_attainment: reused, so both sides and
+# slo_attaining is the summary's own rule for slo_attainment: reused, so both sides and
 # summary.json can never disagree on what attaining means.
-from simbatch.metrics.summary import _slo_attaining, latency_stats
+from simbatch.metrics.summary import latency_stats, slo_attaining
 from simbatch.scenario import Scenario
 from simbatch.validation.compare import signed_error
 
@@ -158,7 +158,7 @@ def side_values(req: pd.DataFrame, slo: dict) -> dict:
         stats = latency_stats(req[col].to_numpy(dtype=np.float64)[done])
         out.update({f"{name}_{p}_ms": stats[STAT_OF[p]] for p in pcts})
     out["throughput"] = throughput(req)
-    out["attainment"] = _slo_attaining(req, slo) / len(req) if slo and len(req) else None
+    out["attainment"] = slo_attaining(req, slo) / len(req) if slo and len(req) else None
     return out
 
 
