@@ -66,18 +66,21 @@ def engine_yaml(engine: dict, runs) -> str:
 
 
 def error_table(scenario, engine: dict, fit_runs, check_runs) -> str:
-    """Measured vs predicted TTFT / TPOT percentiles per log, marked fitted or held out."""
+    """Measured vs predicted TTFT / TPOT percentiles (and SLO attainment under the scenario's
+    ``slo:``) per log, marked fitted or held out."""
     from simbatch.measured.fit_engine import METRICS, measured_metrics, predicted_metrics
     from simbatch.report.table import render
 
-    rows = []
+    rows, slo = [], scenario.slo.as_dict() or None
     for role, runs in (("fit", fit_runs), ("check", check_runs)):
         for r in runs:
-            m, p = measured_metrics(r), predicted_metrics(scenario, r, engine)
+            m, p = measured_metrics(r, slo), predicted_metrics(scenario, r, engine, slo)
             row = {"log": Path(r.source).name, "role": role}
             for k in METRICS:
                 row[f"{k} ms"] = f"{m[k]:.0f} / {p[k]:.0f}"
                 row[f"{k} err %"] = f"{(p[k] / m[k] - 1) * 100:+.1f}"
+            if slo:
+                row["SLO m/p"] = f"{m['attainment']:.2f} / {p['attainment']:.2f}"
             rows.append(row)
     headers = list(rows[0])
     return "measured / predicted:\n" + render(headers, [[str(r[h]) for h in headers] for r in rows]) + "\n"
