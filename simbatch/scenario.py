@@ -19,6 +19,7 @@ from simbatch.engines import EngineParams, parse_engine
 from simbatch.errors import SimbatchError
 from simbatch.params import parse_params, require
 from simbatch.policies import parse_policy
+from simbatch.yamlio import compose, load_yaml, read_text
 
 TOP_LEVEL = ("name", "description", "workload", "model", "hardware", "cluster", "policy",
              "policies", "cost_model", "kv_cache", "slo", "seed", "sweep", "control", "disaggregation",
@@ -305,14 +306,9 @@ def set_dotted(data: dict, key: str, value, label: str) -> None:
 
 
 def read_yaml(path: Path) -> dict:
-    """Read a scenario file; YAML errors become ``file:line`` messages."""
-    if not path.is_file():
-        raise SimbatchError(str(path), "scenario file not found")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
-        raise SimbatchError(f"{path}:{line}", f"invalid YAML: {exc.problem}") from None
+    """Read a scenario file through :func:`simbatch.yamlio.load_yaml`: unreadable files,
+    invalid YAML, duplicate keys and alias bombs become ``file:line`` messages."""
+    data = load_yaml(path, "scenario file")
     if not isinstance(data, dict):
         raise SimbatchError(str(path), "a scenario must be a YAML mapping (key: value lines)")
     return data
@@ -369,8 +365,8 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
 def field_lines(path: Path) -> dict[str, int]:
     """Line (1-based) of every dotted field in a YAML file, e.g. ``{"policy.max_num_seqs": 12}``."""
     try:
-        root = yaml.compose(Path(path).read_text())
-    except (OSError, yaml.YAMLError):
+        root = compose(read_text(path), str(path))
+    except SimbatchError:
         return {}
     lines: dict[str, int] = {}
 
@@ -385,7 +381,10 @@ def field_lines(path: Path) -> dict[str, int]:
                 lines[f"{prefix}[{i}]"] = item.start_mark.line + 1
                 walk(item, f"{prefix}[{i}]")
 
-    walk(root, "")
+    try:
+        walk(root, "")
+    except RecursionError:  # deeper than any scenario: the lines found so far will do
+        pass
     return lines
 
 

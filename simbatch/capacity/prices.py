@@ -13,9 +13,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import yaml
-
 from simbatch.errors import SimbatchError
+from simbatch.yamlio import load_yaml
 
 GPU_HOUR_USD: dict[str, float] = {
     "a100-40gb": 1.48,  # Lambda, 1x A100 40GB SXM
@@ -53,13 +52,7 @@ def price_table(overrides: list[str] | None = None, path: str | Path | None = No
 
 def read_prices(path: Path) -> dict[str, float]:
     """A price file: a YAML mapping of GPU name to US dollars per GPU-hour."""
-    if not path.is_file():
-        raise SimbatchError(f"--prices {path}", "file not found")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
-        raise SimbatchError(f"{path}:{line}", f"invalid YAML: {exc.problem}") from None
+    data = load_yaml(path, "price file")
     if not isinstance(data, dict) or not data:
         raise SimbatchError(str(path), "expected a mapping of GPU name to $/GPU-hour, e.g. a100-80gb: 1.8")
     return {str(k).strip().lower(): _usd(v, f"{path}: {k}") for k, v in data.items()}

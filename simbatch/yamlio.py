@@ -1,0 +1,138 @@
+"""Reading the YAML files users give simbatch: one loader, every refusal a one-line error.
+
+Text files first (:func:`read_text`): a directory, a device such as
+``/dev/null``, a file the user may not read or one that is not UTF-8 is
+refused with its cause, never a traceback or a misleading "not found". YAML
+then (:func:`load_yaml`), through PyYAML's safe loader with three checks of
+the composed document before anything is built from it:
+
+- **duplicate keys**: YAML says a mapping's keys are unique, PyYAML keeps
+  the last silently (a second ``policy:`` line would quietly replace the
+  first); refused with both line numbers;
+- **alias expansion**: a few lines of nested aliases can stand for billions
+  of nodes (the "billion laughs"); anything that walks the document would
+  hang, so a document whose aliases expand beyond :data:`MAX_NODES` nodes is
+  refused;
+- **depth**: documents nested deeper than the composer's recursion can
+  follow are refused with one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from simbatch.errors import SimbatchError
+
+MAX_NODES = 1_000_000  # nodes a document may expand to, aliases followed
+
+
+def read_text(path: str | Path, what: str = "file") -> str:
+    """The UTF-8 text of ``path``; every reason it cannot be read is a one-line error."""
+    p = Path(path)
+    try:
+        if not p.exists():
+            raise SimbatchError(str(p), f"{what} not found")
+        if p.is_dir():
+            raise SimbatchError(str(p), f"is a folder, not a {what}")
+        if not p.is_file():
+            raise SimbatchError(str(p), f"is not a regular file (a device or pipe?), not a {what}")
+        data = p.read_bytes()
+    except PermissionError:
+        raise SimbatchError(str(p), f"cannot read the {what}: permission denied") from None
+    except OSError as exc:
+        raise SimbatchError(str(p), f"cannot read the {what}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise SimbatchError(f"{p}:{line}", f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                                           f"{exc.start}); save the {what} as UTF-8") from None
+
+
+def compose(text: str, source: str) -> yaml.Node | None:
+    """The checked node graph of a YAML document (None for an empty one)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+    except RecursionError:
+        raise SimbatchError(source, "YAML nested too deeply to read") from None
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
+        raise SimbatchError(f"{source}:{line}", f"invalid YAML: {exc.problem}") from None
+    except yaml.YAMLError as exc:
+        raise SimbatchError(source, f"invalid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+    if node is not None:
+        check_node(node, source)
+    return node
+
+
+def load_yaml(path: str | Path, what: str = "file"):
+    """The Python value of the YAML file at ``path``, after :func:`read_text` and :func:`compose`."""
+    source = str(path)
+    node = compose(read_text(path, what), source)
+    if node is None:
+        return None
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
+        raise SimbatchError(f"{source}:{line}", f"invalid YAML: {exc.problem}") from None
+    except yaml.YAMLError as exc:
+        raise SimbatchError(source, f"invalid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+def check_node(root: yaml.Node, source: str) -> None:
+    """Refuse duplicate keys and alias bombs (module docstring); iterative, so any depth the
+    composer accepted is walked without recursion."""
+    sizes: dict[int, int] = {}
+    visiting: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children = _children(node)
+        if not done:
+            if id(node) in visiting:
+                raise SimbatchError(f"{source}:{node.start_mark.line + 1}",
+                                    "a YAML alias refers to a value that contains it (recursive)")
+            visiting.add(id(node))
+            if isinstance(node, yaml.MappingNode):
+                _check_duplicates(node, source)
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in sizes)
+            continue
+        visiting.discard(id(node))
+        size = 1 + sum(sizes.get(id(c), 1) for c in children)
+        if size > MAX_NODES:
+            raise SimbatchError(f"{source}:{node.start_mark.line + 1}",
+                                f"YAML aliases here expand to more than {MAX_NODES:,} nodes; "
+                                "write the values out or use fewer nested aliases")
+        sizes[id(node)] = size
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_duplicates(node: yaml.MappingNode, source: str) -> None:
+    seen: dict[str, int] = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+            continue
+        line = key.start_mark.line + 1
+        if key.value in seen:
+            raise SimbatchError(f"{source}:{line}", f"duplicate key '{key.value}' (first at line "
+                                                    f"{seen[key.value]}); a key may appear once")
+        seen[key.value] = line
