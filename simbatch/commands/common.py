@@ -20,9 +20,14 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def load(args):
-    """The scenario named by ``args.scenario`` with ``args.overrides`` applied."""
+    """The scenario named by ``args.scenario`` with ``args.overrides`` applied; ``args.out``
+    (where a command has one) is checked first, so a bad output folder fails before any work."""
     from simbatch.scenario import load_scenario
 
+    if getattr(args, "out", None) is not None:
+        from simbatch.outpaths import check_out_dir
+
+        check_out_dir(args.out)
     return load_scenario(args.scenario, args.overrides)
 
 

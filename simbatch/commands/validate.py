@@ -103,7 +103,8 @@ def run_against(args) -> None:
     """The measured mode: every check (options, output folder, columns, logs) before any simulation."""
     from simbatch.errors import SimbatchError
     from simbatch.validation.against import validate_against
-    from simbatch.validation.against_report import check_out_dir, format_against_table, write_against
+    from simbatch.outpaths import check_out_dir
+    from simbatch.validation.against_report import format_against_table, write_against
 
     for dest, flag in TORCH_OPTIONS:
         if getattr(args, dest) is not None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simbatch.errors import SimbatchError
+from simbatch.outpaths import check_out_dir
 from simbatch.report.figures_latency import ecdf
 from simbatch.report.outputs import json_safe, write_files
 from simbatch.report.table import render
@@ -60,19 +60,6 @@ def format_against_table(result) -> str:
                      _pair(e["attainment_measured"], e["attainment_predicted"], _pct),
                      *(_err(e[k]) for _, k in ERROR_COLUMNS)])
     return render(headers, rows)
-
-
-def check_out_dir(out_dir: str | Path) -> Path:
-    """``out_dir`` if it can become the output folder: not an existing file, nor under one.
-
-    Called before any simulation, so a typo costs nothing and writes nothing.
-    """
-    out_dir = Path(out_dir)
-    for path in (out_dir, *out_dir.parents):
-        if path.exists() and not path.is_dir():
-            where = "--out" if path == out_dir else f"--out {out_dir}"
-            raise SimbatchError(where, f"{path} exists and is not a folder")
-    return out_dir
 
 
 def write_against(out_dir: str | Path, result) -> Path:

@@ -1,0 +1,27 @@
+"""Output paths, checked before any work: a bad ``--out`` costs nothing and writes nothing."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from simbatch.errors import SimbatchError
+
+
+def check_out_dir(out_dir: str | Path, flag: str = "--out") -> Path:
+    """``out_dir`` if it can become an output folder, else a one-line error naming ``flag``:
+    not an existing file, not under one, and its nearest existing folder writable (so an
+    unwritable folder or ``/proc/x`` fails now, not after a long simulation)."""
+    out_dir = Path(out_dir)
+    for path in (out_dir, *out_dir.parents):
+        if path.exists() and not path.is_dir():
+            where = flag if path == out_dir else f"{flag} {out_dir}"
+            raise SimbatchError(where, f"{path} exists and is not a folder")
+    existing = next((p for p in (out_dir, *out_dir.parents) if p.exists()), Path("."))
+    try:  # a real probe: permissions, read-only or virtual filesystems (/proc), even as root
+        os.rmdir(tempfile.mkdtemp(prefix=".simbatch-probe-", dir=existing))
+    except OSError as exc:
+        raise SimbatchError(f"{flag} {out_dir}", f"cannot write in {existing} "
+                                                 f"({exc.strerror or exc})") from None
+    return out_dir
