@@ -29,7 +29,7 @@ import numpy as np
 from simbatch.engines import FITTED_TERMS
 from simbatch.measured.replay import replay_scenario
 from simbatch.measured.run import MeasuredRun
-from simbatch.metrics.summary import slo_attaining
+from simbatch.metrics.table_metrics import side_values
 from simbatch.scenario import Scenario
 
 METRICS = ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90")
@@ -67,13 +67,12 @@ def predicted_metrics(scenario: Scenario, run: MeasuredRun, engine: dict | None 
 
 
 def _metrics(req, slo: dict | None) -> dict[str, float]:
-    done = req[req["completed"]]
-    ttft, tpot = done["ttft_ms"].to_numpy(), done["tpot_ms"].to_numpy()
-    tpot = tpot[np.isfinite(tpot)]
-    out = {"ttft_p50": float(np.percentile(ttft, 50)), "ttft_p90": float(np.percentile(ttft, 90)),
-           "tpot_p50": float(np.percentile(tpot, 50)), "tpot_p90": float(np.percentile(tpot, 90))}
+    """:data:`METRICS` (and ``attainment`` with an ``slo``) by the same definitions as
+    ``validate --against`` (:func:`simbatch.metrics.table_metrics.side_values`)."""
+    values = side_values(req, slo)
+    out = {m: values[f"{m}_ms"] for m in METRICS}
     if slo:
-        out["attainment"] = slo_attaining(req, slo) / len(req)
+        out["attainment"] = values["attainment"]
     return out
 
 

@@ -40,17 +40,11 @@ import pandas as pd
 from simbatch.errors import SimbatchError
 from simbatch.measured.replay import replay_scenario
 from simbatch.measured.run import MeasuredRun
-# slo_attaining is the summary's own rule for slo_attainment: reused, so both sides and
-# summary.json can never disagree on what attaining means.
-from simbatch.metrics.summary import latency_stats, slo_attaining
+# One definition of the compared values for both sides (and for the engine fit).
+from simbatch.metrics.table_metrics import LATENCIES, side_values
 from simbatch.scenario import Scenario
 from simbatch.validation.compare import signed_error
 
-# (name, request column, percentiles compared): the latency errors, in ``validation.json`` order.
-LATENCIES = (("ttft", "ttft_ms", ("p50", "p90", "p99")),
-             ("tpot", "tpot_ms", ("p50", "p90")),
-             ("e2el", "e2el_ms", ("p50",)))
-STAT_OF = {"p50": "median", "p90": "p90", "p99": "p99"}  # latency_stats' key for each percentile
 METRICS = tuple(f"{name}_{p}_ms" for name, _, ps in LATENCIES for p in ps) + ("throughput",)
 ERROR_KEYS = tuple(f"{m.removesuffix('_ms')}_err" for m in METRICS)
 VALUE_KEYS = tuple(f"{m}_{side}" for m in METRICS for side in ("measured", "predicted"))
@@ -148,29 +142,6 @@ def validate_run(scenario: Scenario, run: MeasuredRun, label: str, name: str) ->
     entry = {"log": label, "num_requests": len(run), "offered_rate": run.offered_rate, **errors}
     return LogValidation(name, run, predicted, pair_requests(measured, predicted.requests),
                          {k: entry[k] for k in ENTRY_KEYS})
-
-
-def side_values(req: pd.DataFrame, slo: dict) -> dict:
-    """The compared values of one side (a table with ``completed, arrival_s`` and the latency columns)."""
-    done = req["completed"].to_numpy(dtype=bool)
-    out = {}
-    for name, col, pcts in LATENCIES:
-        stats = latency_stats(req[col].to_numpy(dtype=np.float64)[done])
-        out.update({f"{name}_{p}_ms": stats[STAT_OF[p]] for p in pcts})
-    out["throughput"] = throughput(req)
-    out["attainment"] = slo_attaining(req, slo) / len(req) if slo and len(req) else None
-    return out
-
-
-def throughput(req: pd.DataFrame) -> float | None:
-    """Completed requests / (last finish - first arrival); None when nothing completed."""
-    done = req["completed"].to_numpy(dtype=bool)
-    if not done.any():
-        return None
-    # Both tables carry arrival_s and e2el_ms; finish = arrival + E2EL works for either.
-    finish = req["arrival_s"].to_numpy()[done] + req["e2el_ms"].to_numpy()[done] / 1e3
-    span = float(finish.max() - req["arrival_s"].min())
-    return float(done.sum() / span) if span > 0 else None
 
 
 def log_errors(measured: pd.DataFrame, predicted: pd.DataFrame, slo: dict) -> dict:
