@@ -58,11 +58,8 @@ def compose(text: str, source: str) -> yaml.Node | None:
         node = loader.get_single_node()
     except RecursionError:
         raise SimbatchError(source, "YAML nested too deeply to read") from None
-    except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
-        raise SimbatchError(f"{source}:{line}", f"invalid YAML: {exc.problem}") from None
     except yaml.YAMLError as exc:
-        raise SimbatchError(source, f"invalid YAML: {exc}") from None
+        raise yaml_error(exc, source) from None
     finally:
         loader.dispose()
     if node is not None:
@@ -79,13 +76,17 @@ def load_yaml(path: str | Path, what: str = "file"):
     loader = yaml.SafeLoader("")
     try:
         return loader.construct_document(node)
-    except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
-        raise SimbatchError(f"{source}:{line}", f"invalid YAML: {exc.problem}") from None
     except yaml.YAMLError as exc:
-        raise SimbatchError(source, f"invalid YAML: {exc}") from None
+        raise yaml_error(exc, source) from None
     finally:
         loader.dispose()
+
+
+def yaml_error(exc: yaml.YAMLError, source: str) -> SimbatchError:
+    """PyYAML's error as one line, ``source:line`` where it has a position."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark:
+        return SimbatchError(f"{source}:{exc.problem_mark.line + 1}", f"invalid YAML: {exc.problem}")
+    return SimbatchError(source, f"invalid YAML: {exc}")
 
 
 def check_node(root: yaml.Node, source: str) -> None:
