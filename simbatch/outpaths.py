@@ -25,3 +25,14 @@ def check_out_dir(out_dir: str | Path, flag: str = "--out") -> Path:
         raise SimbatchError(f"{flag} {out_dir}", f"cannot write in {existing} "
                                                  f"({exc.strerror or exc})") from None
     return out_dir
+
+
+def check_out_file(path: str | Path, example: str = "out.json") -> Path:
+    """``path`` as a :class:`Path` if one output file can be written there, else a one-line
+    error. Its folder must exist: a file's folder is more likely a typo than a wish."""
+    path = Path(path)
+    if path.is_dir():
+        raise SimbatchError(str(path), f"is a folder; give a file name such as {example}")
+    if not path.parent.is_dir():
+        raise SimbatchError(str(path), f"folder {path.parent} does not exist")
+    return path

@@ -45,13 +45,9 @@ def run_from_log(args) -> None:
 
 def _check_out(out: Path | None) -> Path | None:
     """``--out`` names the engine YAML file; checked before any simulation."""
-    if out is None:
-        return None
-    if out.is_dir():
-        raise SimbatchError(str(out), "is a folder; with --from-log, --out names the engine YAML file to write")
-    if not out.parent.is_dir():
-        raise SimbatchError(str(out), "its folder does not exist")
-    return out
+    from simbatch.outpaths import check_out_file
+
+    return None if out is None else check_out_file(out, "engine.yaml")
 
 
 def engine_yaml(engine: dict, runs) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simbatch.errors import SimbatchError
+from simbatch.outpaths import check_out_file
 from simbatch.report.outputs import atomic_write, json_safe
 
 DEFAULT_MAX_STEPS = 200_000
@@ -183,18 +183,8 @@ def trace_events(out, max_steps: int = DEFAULT_MAX_STEPS, max_requests: int = DE
 
 
 def check_trace_path(path) -> Path:
-    """``path`` as a :class:`Path` if a trace can be written there, else a one-line user error.
-
-    The folder must exist: a trace is one file, and a typo in its folder is
-    more likely than a wish to create one.
-    """
-    path = Path(path)
-    if path.is_dir():
-        raise SimbatchError(str(path), "is a folder; give a file name such as trace.json")
-    parent = path.parent
-    if not parent.is_dir():
-        raise SimbatchError(str(path), f"folder {parent} does not exist")
-    return path
+    """``path`` as a :class:`Path` if a trace can be written there, else a one-line user error."""
+    return check_out_file(path, "trace.json")
 
 
 def write_trace(out, path, max_steps: int = DEFAULT_MAX_STEPS,
