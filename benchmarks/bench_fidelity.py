@@ -53,10 +53,10 @@ def stage_engine(full: dict, stage: str) -> dict:
 
 def evaluate(scenario, runs, engine: dict) -> list[dict]:
     """Per log: measured and predicted metrics and attainment (validate --against's numbers)."""
-    from simbatch.measured.replay import replay_scenario
+    from simbatch.scenario import from_dict
     from simbatch.validation.against import validate_runs
 
-    sc = replay_scenario(scenario, runs[0], engine)  # the scenario with this engine (workload replaced below)
+    sc = from_dict({**scenario.data, "engine": engine}, scenario.source, scenario.base_dir)
     result = validate_runs(sc, runs, [r.source for r in runs])
     return [v.errors for v in result.logs]
 
