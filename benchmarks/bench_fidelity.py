@@ -9,7 +9,7 @@ which error each one moved:
 
   before      engine: none (the cost model's 1 ms step overhead, no memory held back)
   +overhead   the engine's per-step, per-sequence and per-token time
-  +memory     + the memory vLLM's start-up profiling pass holds back from the KV cache
+  +memory     + the memory the engine holds back from the KV cache by its own sizing rule
   +front end  + the per-request front-end latency (the whole preset)
 
 Targets: TTFT p50/p90 and TPOT p50/p90 within 15 % and attainment within 0.08
@@ -45,7 +45,7 @@ def stage_engine(full: dict, stage: str) -> dict:
         return {"preset": "none"}
     engine = {"preset": "none", **{k: full[k] for k in ("step_s", "per_seq_s", "per_token_s")}}
     if stage in ("+memory", "+front end"):
-        engine.update(profile_activations=full["profile_activations"], non_torch_gib=full["non_torch_gib"])
+        engine.update({k: full[k] for k in ("profile_activations", "non_torch_gib", "reserve_fraction")})
     if stage == "+front end":
         engine["request_s"] = full["request_s"]
     return engine

@@ -14,14 +14,19 @@ that matter under load, and the scenario's ``engine:`` section models both:
 - **Front-end latency** per request: from the client's send to the
   scheduler seeing it (HTTP, the tokeniser, the hop into the engine process):
   ``request_s``, added to every latency of the request, never to a step.
-- **Memory held back from the KV cache.** vLLM (``Worker.
-  profile_num_available_blocks``, v0.2 onwards; DistServe's worker copies it)
-  runs one dummy forward pass of ``max_num_batched_tokens`` tokens split over
-  ``max_num_seqs`` sequences, then sizes the KV pool as ``total memory x
-  gpu_memory_utilization - peak memory in use``: the peak includes the
-  weights, the activations of that pass (the caching allocator keeps them
-  reserved) and memory outside PyTorch (the CUDA context, library
-  workspaces). ``profile_activations`` and ``non_torch_gib`` model it.
+- **Memory held back from the KV cache.** Each engine sizes its KV pool as
+  ``total memory x gpu_memory_utilization - what it holds back``, by its own
+  rule. vLLM v0 (``Worker.profile_num_available_blocks``, v0.1.7 to v0.2.3 at
+  least: DistServe's baseline fork, interestingLSY/vllm
+  ``distserve-baseline-vllm``, is v0.1.7) runs one dummy forward pass of
+  ``max_num_batched_tokens`` tokens over ``max_num_seqs`` sequences and holds
+  back ``torch.cuda.max_memory_allocated()`` after it: the weights and that
+  pass's activations, nothing outside PyTorch (``profile_activations``).
+  Later vLLM releases measure ``total - free`` instead, which adds the CUDA
+  context and library workspaces (``non_torch_gib``). DistServe
+  (``distserve/worker.py``, ``_profile_num_available_blocks``) profiles
+  nothing: it holds back its weight estimate and 1 % of the total memory
+  (``reserve_fraction``).
 
 Presets name real engines; their overhead figures were fitted by
 ``simbatch calibrate --from-log`` on the measured runs they cite (only the
@@ -51,21 +56,21 @@ SAMPLER_BYTES_PER_LOGIT = 4 * 4 + 8
 # activations at start-up, and the memory it holds outside PyTorch (GiB).
 PRESETS: dict[str, dict] = {
     "none": {},
-    # vLLM of late 2023 (v0 engine, no CUDA graphs) started with --engine-use-ray
-    # --worker-use-ray, as DistServe's artifact ran it (shared/measured/README.md).
-    # Overhead fitted (`simbatch calibrate --from-log`, roofline cost model) on
-    # vllm-100-1, vllm-150-1.5, vllm-100-2 and vllm-200-2 (OPT-13B, one A100-80GB),
-    # checked on vllm-250-2.5 and vllm-300-3 (benchmarks/bench_fidelity.py). The
-    # memory terms are not fitted: the profiling pass is computed from the model and
-    # the flags; 0.75 GiB outside PyTorch is the CUDA context and library workspaces.
+    # vLLM of late 2023 (v0 engine, no CUDA graphs; DistServe's baseline is v0.1.7)
+    # started with --engine-use-ray --worker-use-ray, as DistServe's artifact ran it
+    # (shared/measured/README.md). Overhead fitted (`simbatch calibrate --from-log`,
+    # roofline cost model) on vllm-100-1, vllm-150-1.5, vllm-100-2 and vllm-200-2
+    # (OPT-13B, one A100-80GB), checked on vllm-250-2.5 and vllm-300-3
+    # (benchmarks/bench_fidelity.py). The memory terms are not fitted: v0.1.7 holds
+    # back max_memory_allocated() after its profiling pass (weights + activations).
     "vllm-0.2-ray": {"step_s": 8.09e-3, "per_seq_s": 5.21e-4, "per_token_s": 0.0, "request_s": 3.26e-2,
-                     "profile_activations": True, "non_torch_gib": 0.75},
+                     "profile_activations": True},
     # DistServe (OSDI'24) on SwiftTransformer kernels behind Ray, one prefill and one
     # decode instance; fitted the same way on its 3 and 4.5 req/s runs (OPT-13B,
-    # prefill TP2 + decode TP1), checked on 6-12 req/s. Its workers size the KV pool
-    # with the same profiling rule as vLLM's (DistServe's worker.py).
+    # prefill TP2 + decode TP1), checked on 6-12 req/s. Its workers profile nothing:
+    # they hold back the weights and 1 % of the total memory (distserve/worker.py).
     "distserve": {"step_s": 4.33e-3, "per_seq_s": 1.81e-4, "per_token_s": 8.35e-6, "request_s": 1.13e-2,
-                  "profile_activations": True, "non_torch_gib": 0.75},
+                  "reserve_fraction": 0.01},
 }
 
 
@@ -80,6 +85,7 @@ class EngineParams:
     request_s: float = 0.0  # front end: client send -> scheduler (HTTP, tokeniser, process hops)
     profile_activations: bool = False
     non_torch_gib: float = 0.0
+    reserve_fraction: float = 0.0  # share of the GPU's total memory held back (DistServe: 0.01)
 
     @property
     def is_plain(self) -> bool:
@@ -102,11 +108,13 @@ class EngineParams:
         """Every field, for ``summary.json``."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
-    def reserved_bytes(self, model: ModelSpec, tensor_parallel: int, policy: dict | None) -> float:
+    def reserved_bytes(self, model: ModelSpec, tensor_parallel: int, policy: dict | None,
+                       gpu_memory_bytes: float) -> float:
         """Bytes per GPU held back from the KV cache (module docstring), for a replica
         running ``policy`` (its ``max_num_batched_tokens`` / ``max_num_seqs`` size the
-        profiling pass; a policy without them profiles nothing)."""
-        held = self.non_torch_gib * GiB
+        profiling pass; a policy without them profiles nothing) on a GPU of
+        ``gpu_memory_bytes``."""
+        held = self.non_torch_gib * GiB + self.reserve_fraction * gpu_memory_bytes
         if self.profile_activations:
             held += profiling_peak_bytes(model, tensor_parallel, *profiling_shape(policy))
         return held
@@ -134,8 +142,8 @@ def profiling_peak_bytes(model: ModelSpec, tensor_parallel: int, tokens: int, se
 
 
 def parse_engine(spec, where: str) -> EngineParams:
-    """``engine:`` as a preset name or ``{preset, step_s, per_seq_s, per_token_s,
-    profile_activations, non_torch_gib}``; fields given override the preset's."""
+    """``engine:`` as a preset name or ``{preset, step_s, per_seq_s, per_token_s, request_s,
+    profile_activations, non_torch_gib, reserve_fraction}``; fields given override the preset's."""
     if spec is None:
         return EngineParams()
     if isinstance(spec, str):
@@ -164,3 +172,5 @@ def _check(key: str, value, where: str) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise SimbatchError(where, f"expected a finite number >= 0, got {value!r}")
+    if key == "reserve_fraction" and value >= 1:
+        raise SimbatchError(where, f"expected a share of the GPU's memory below 1, got {value!r}")

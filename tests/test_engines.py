@@ -31,7 +31,7 @@ def test_a_preset_sets_every_term_and_fields_override_it():
     assert parse_engine("distserve", "engine").preset == "distserve"
     none = parse_engine(None, "engine")
     assert not none.has_overhead and none.overhead_params() == {}
-    assert none.reserved_bytes(get_model("opt-13b"), 1, {"max_num_batched_tokens": 16384}) == 0
+    assert none.reserved_bytes(get_model("opt-13b"), 1, {"max_num_batched_tokens": 16384}, 80 * 2**30) == 0
 
 
 @pytest.mark.parametrize("spec, where, cause", [
@@ -146,3 +146,19 @@ def test_the_summary_names_the_engine_only_when_one_is_modelled():
     assert run(load_scenario("chat", over)).summary["engine"] is None
     engine = run(load_scenario("vllm_opt13b_a100", over)).summary["engine"]
     assert engine["preset"] == "vllm-0.2-ray" and engine["profile_activations"] is True
+
+
+def test_distserve_holds_back_its_weights_and_one_percent_of_memory():
+    # distserve/worker.py: blocks = (total x utilization - (total x 0.01 + weights)) // block bytes;
+    # no profiling pass, so the step budget does not change the pool.
+    model = get_model("opt-13b")
+    gpu = __import__("simbatch.hardware", fromlist=["get_gpu"]).get_gpu("a100-80gb")
+    scenario = load_scenario("distserve_opt13b_a100")
+    assert scenario.engine.reserve_fraction == 0.01 and not scenario.engine.profile_activations
+    blocks = kv_blocks_per_replica(scenario, model, gpu, tensor_parallel=1)
+    expected = (gpu.memory_bytes * (0.95 - 0.01) - model.weight_bytes) // (16 * model.kv_bytes_per_token)
+    assert blocks == expected
+    wider = load_scenario("distserve_opt13b_a100", ["policy.max_num_batched_tokens=4096"])
+    assert kv_blocks_per_replica(wider, model, gpu, tensor_parallel=1) == blocks
+    with pytest.raises(SimbatchError, match="below 1"):
+        load_scenario("distserve_opt13b_a100", ["engine.reserve_fraction=1.5"])

@@ -57,6 +57,8 @@ def test_own_log_gives_zero_errors(tmp_path, name, overrides):
     for key in ERROR_KEYS:
         assert v.errors[key] == pytest.approx(0.0, abs=1e-9), key
     assert v.errors["attainment_measured"] == v.errors["attainment_predicted"]
+    assert v.errors["inflight_tokens_p99_measured"] == pytest.approx(v.errors["inflight_tokens_p99_predicted"])
+    assert v.errors["inflight_tokens_p99_measured"] <= v.errors["kv_capacity_tokens"]
     assert 0 < v.errors["attainment_measured"] < 1  # a real test of the SLO, not all-or-nothing
     assert v.errors["num_requests"] == len(v.pairs) == 150
     for col in ("ttft_ms", "tpot_ms", "e2el_ms"):
@@ -87,6 +89,10 @@ def test_measured_logs_command_writes_every_file(tmp_path):
         assert list(entry) == list(ENTRY_KEYS)
     assert doc["against"][0]["num_requests"] == 100
     assert doc["against"][0]["attainment_measured"] == pytest.approx(0.86)  # the data README's figure
+    # vLLM's KV cache saturates at 3 req/s: its in-flight tokens plateau below what vLLM's sizing rule
+    # gives it (about 66k tokens), far above the 1 req/s run's.
+    low, high = (e["inflight_tokens_p99_measured"] for e in doc["against"])
+    assert 10_000 < low < 15_000 and 50_000 < high < doc["against"][1]["kv_capacity_tokens"]
     for name in ("vllm-100-1", "vllm-300-3"):
         assert (out / "pairs" / f"{name}.csv").stat().st_size > 0
         assert (out / "cdfs" / f"{name}.png").stat().st_size > 0

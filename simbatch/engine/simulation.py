@@ -94,7 +94,7 @@ def kv_blocks_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
     model that leaves no room for KV is a user error naming ``where``."""
     kv = scenario.kv_cache
     tp = tensor_parallel or scenario.cluster.tensor_parallel
-    reserved = scenario.engine.reserved_bytes(model, tp, policy or scenario.data["policy"])
+    reserved = scenario.engine.reserved_bytes(model, tp, policy or scenario.data["policy"], gpu.memory_bytes)
     blocks = kv_capacity_blocks(
         gpu_memory_bytes=gpu.memory_bytes, weight_bytes=model.weight_bytes,
         kv_bytes_per_token=model.kv_bytes_per_token, tensor_parallel=tp,

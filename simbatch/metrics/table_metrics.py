@@ -44,3 +44,32 @@ def throughput(req: pd.DataFrame) -> float | None:
     finish = req["arrival_s"].to_numpy()[done] + req["e2el_ms"].to_numpy()[done] / 1e3
     span = float(finish.max() - req["arrival_s"].min())
     return float(done.sum() / span) if span > 0 else None
+
+
+def inflight_tokens(req: pd.DataFrame, q: float = 99.0, points: int = 2000) -> float | None:
+    """The ``q``-th percentile over time of the tokens held by requests past their first token:
+    each completed request holds its prompt plus the tokens generated so far (interpolated
+    linearly between its first token and its finish) from first token to finish.
+
+    The same estimate of either side of a comparison shows where the KV cache saturates: a
+    log's plateau in this figure is the server's usable KV (minus what preempted requests
+    hold), and a predicted one far above the measured one means the simulator gives the
+    server more memory than it had. ``points`` samples of the busy span; None when nothing
+    completed."""
+    done = req["completed"].to_numpy(dtype=bool)
+    if not done.any():
+        return None
+    arrival = req["arrival_s"].to_numpy(dtype=np.float64)[done]
+    first = arrival + req["ttft_ms"].to_numpy(dtype=np.float64)[done] / 1e3
+    finish = arrival + req["e2el_ms"].to_numpy(dtype=np.float64)[done] / 1e3
+    prompt = req["prompt_tokens"].to_numpy(dtype=np.float64)[done]
+    output = req["output_tokens"].to_numpy(dtype=np.float64)[done]
+    times = np.linspace(first.min(), finish.max(), points, endpoint=False)  # [first, last finish)
+    span = np.maximum(finish - first, 1e-12)
+    held = np.empty(points)
+    for lo in range(0, points, 256):  # bounded memory: 256 instants x requests at a time
+        t = times[lo:lo + 256, None]
+        inside = (first <= t) & (t < finish)
+        grown = np.clip((t - first) / span, 0.0, 1.0) * (output - 1)
+        held[lo:lo + 256] = np.where(inside, prompt + 1 + grown, 0.0).sum(axis=1)
+    return float(np.percentile(held, q))

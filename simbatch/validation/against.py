@@ -41,7 +41,7 @@ from simbatch.errors import SimbatchError
 from simbatch.measured.replay import replay_scenario
 from simbatch.measured.run import MeasuredRun
 # One definition of the compared values for both sides (and for the engine fit).
-from simbatch.metrics.table_metrics import LATENCIES, side_values
+from simbatch.metrics.table_metrics import LATENCIES, inflight_tokens, side_values
 from simbatch.scenario import Scenario
 from simbatch.validation.compare import signed_error
 
@@ -49,7 +49,8 @@ METRICS = tuple(f"{name}_{p}_ms" for name, _, ps in LATENCIES for p in ps) + ("t
 ERROR_KEYS = tuple(f"{m.removesuffix('_ms')}_err" for m in METRICS)
 VALUE_KEYS = tuple(f"{m}_{side}" for m in METRICS for side in ("measured", "predicted"))
 ENTRY_KEYS = ("log", "num_requests", "offered_rate", *ERROR_KEYS,
-              "attainment_measured", "attainment_predicted", *VALUE_KEYS)
+              "attainment_measured", "attainment_predicted", *VALUE_KEYS,
+              "inflight_tokens_p99_measured", "inflight_tokens_p99_predicted", "kv_capacity_tokens")
 PAIR_COLUMNS = ("id", "arrival_s", "prompt", "output",
                 *(f"{col}_{side}" for _, col, _ in LATENCIES for side in ("measured", "predicted")))
 
@@ -139,9 +140,22 @@ def validate_run(scenario: Scenario, run: MeasuredRun, label: str, name: str) ->
     if len(predicted.requests) != len(measured):  # ids are arrival order on both sides
         raise SimbatchError(label, f"replayed {len(predicted.requests)} requests of {len(measured)}")
     errors = log_errors(measured, predicted.requests, scenario.slo.as_dict())
-    entry = {"log": label, "num_requests": len(run), "offered_rate": run.offered_rate, **errors}
+    entry = {"log": label, "num_requests": len(run), "offered_rate": run.offered_rate, **errors,
+             "inflight_tokens_p99_measured": inflight_tokens(measured),
+             "inflight_tokens_p99_predicted": inflight_tokens(predicted.requests),
+             "kv_capacity_tokens": kv_capacity_tokens(predicted.summary, scenario)}
     return LogValidation(name, run, predicted, pair_requests(measured, predicted.requests),
                          {k: entry[k] for k in ENTRY_KEYS})
+
+
+def kv_capacity_tokens(summary: dict, scenario: Scenario) -> int | None:
+    """KV tokens of the replica (colocated) or decode instance (disaggregated) the log's requests
+    decode on: the first such replica's blocks x block size; None when the run names none."""
+    rows = summary.get("replicas") or []
+    if scenario.is_disaggregated:
+        rows = [r for r in rows if r.get("pool") == "decode"] or rows
+    blocks = rows[0].get("kv_blocks") if rows else None
+    return int(blocks) * scenario.kv_cache.block_size if blocks else None
 
 
 def log_errors(measured: pd.DataFrame, predicted: pd.DataFrame, slo: dict) -> dict:

@@ -46,11 +46,16 @@ def _err(x) -> str:
     return "-" if x is None else f"{100 * x:+.1f}"
 
 
+def _ktok(x) -> str:
+    return "-" if x is None else f"{x / 1e3:.1f}"
+
+
 def format_against_table(result) -> str:
     """One row per log: name, offered rate, requests, measured/predicted TTFT and TPOT p50/p90 (ms)
-    and SLO attainment (%), then the signed errors in percent."""
+    and SLO attainment (%), the signed errors in percent, then the in-flight tokens' p99
+    measured/predicted beside the predicted KV capacity (thousands of tokens)."""
     headers = ["log", "req/s", "n", *(f"{h} ms m/p" for h, _ in VALUE_COLUMNS), "SLO % m/p",
-               *(h for h, _ in ERROR_COLUMNS)]
+               *(h for h, _ in ERROR_COLUMNS), "in-flight k m/p", "KV k"]
     rows = []
     for v in result.logs:
         e = v.errors
@@ -58,7 +63,9 @@ def format_against_table(result) -> str:
         rows.append([v.name, "-" if rate is None or np.isnan(rate) else f"{rate:.2f}", str(e["num_requests"]),
                      *(_pair(e[f"{k}_measured"], e[f"{k}_predicted"], _ms) for _, k in VALUE_COLUMNS),
                      _pair(e["attainment_measured"], e["attainment_predicted"], _pct),
-                     *(_err(e[k]) for _, k in ERROR_COLUMNS)])
+                     *(_err(e[k]) for _, k in ERROR_COLUMNS),
+                     _pair(e["inflight_tokens_p99_measured"], e["inflight_tokens_p99_predicted"], _ktok),
+                     _ktok(e["kv_capacity_tokens"])])
     return render(headers, rows)
 
 
