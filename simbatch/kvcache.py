@@ -7,8 +7,13 @@ is small beside the KV cache for these models) — a documented simplification.
 
 Two reservation modes:
 - ``paged``: blocks are taken as tokens are computed (vLLM);
-- ``max_length``: prompt + full output is reserved when a request is admitted
+- ``max_length``: a request's whole length is reserved when it is admitted
   (Orca / FasterTransformer), so a running request never needs another block.
+  ``reserve`` says how long that is, as the vLLM paper's Orca baselines do
+  (Kwon et al., SOSP'23, section 6.1): ``oracle``, prompt + true output;
+  ``pow2``, prompt + the true output rounded up to a power of two (over-
+  reserving by at most 2x); ``max``, the model's maximum length
+  (``max_context``, 2,048 for OPT) whatever the request.
 
 The admission hooks (:meth:`KVCache.match`, :meth:`KVCache.admission_blocks`,
 :meth:`KVCache.claim`, :meth:`KVCache.commit`) do nothing here; the prefix
@@ -17,10 +22,28 @@ cache (:class:`simbatch.prefix_cache.PrefixKVCache`) overrides them.
 
 from __future__ import annotations
 
+import numpy as np
+
 from simbatch.errors import SimbatchError
 from simbatch.sequence import Sequence
 
 KV_MODES = ("paged", "max_length")
+RESERVES = ("oracle", "pow2", "max")
+
+
+def reserved_tokens(prompt, output, reserve: str, max_tokens: int) -> np.ndarray:
+    """Tokens a ``max_length`` cache reserves for requests of ``prompt`` + ``output`` tokens
+    (ints or arrays) under ``reserve`` (module docstring); never less than the request."""
+    prompt, output = np.asarray(prompt, dtype=np.int64), np.asarray(output, dtype=np.int64)
+    if reserve == "oracle":
+        return prompt + output
+    if reserve == "pow2":
+        # 2 ** ceil(log2(output)) in integers: the bit length of output - 1.
+        bits = np.frexp(np.maximum(output, 1) - 1)[1] if output.ndim else (max(int(output), 1) - 1).bit_length()
+        return prompt + (np.int64(1) << np.asarray(bits, dtype=np.int64))
+    if reserve == "max":
+        return np.maximum(prompt + output, max_tokens)
+    raise SimbatchError("kv_cache.reserve", f"unknown reserve {reserve!r}; allowed: {', '.join(RESERVES)}")
 
 
 def kv_capacity_blocks(*, gpu_memory_bytes: float, weight_bytes: float, kv_bytes_per_token: float,
@@ -38,12 +61,15 @@ class KVCache:
 
     prefix_caching = False  # True in simbatch.prefix_cache.PrefixKVCache
 
-    def __init__(self, num_blocks: int, block_size: int = 16, mode: str = "paged"):
+    def __init__(self, num_blocks: int, block_size: int = 16, mode: str = "paged",
+                 reserve: str = "oracle", max_tokens: int = 0):
         if mode not in KV_MODES:
             raise SimbatchError("kv_cache.mode", f"unknown mode {mode!r}; allowed: {', '.join(KV_MODES)}")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.mode = mode
+        self.reserve = reserve  # how much a max_length cache reserves (module docstring)
+        self.max_tokens = max_tokens  # the model's maximum length, for reserve "max"
         self.num_used = 0
 
     @property
@@ -58,10 +84,14 @@ class KVCache:
     def blocks_needed(self, seq: Sequence, num_new: int) -> int:
         """Extra blocks ``seq`` needs to compute ``num_new`` more tokens (0 when already reserved)."""
         if self.mode == "max_length":
-            target = self.blocks_for(seq.max_total_tokens)
+            target = self.blocks_for(self.reservation(seq))
         else:
             target = self.blocks_for(seq.num_computed + num_new)
         return max(0, target - seq.num_blocks)
+
+    def reservation(self, seq: Sequence) -> int:
+        """Tokens a ``max_length`` cache reserves for ``seq`` at admission."""
+        return int(reserved_tokens(seq.prompt_tokens, seq.output_tokens, self.reserve, self.max_tokens))
 
     def can_allocate(self, num_blocks: int, reserve: int = 0) -> bool:
         """Whether ``num_blocks`` are free while keeping ``reserve`` blocks spare."""
@@ -98,7 +128,7 @@ class KVCache:
         prefix would consume (reusing an unreferenced cached block consumes it too)."""
         hit, held = match
         if self.mode == "max_length":
-            return max(0, self.blocks_for(seq.max_total_tokens) - held)
+            return max(0, self.blocks_for(self.reservation(seq)) - held)
         return max(0, self.blocks_for(hit + num_new) - held)
 
     def claim(self, seq: Sequence, match: tuple[int, int]) -> None:

@@ -102,23 +102,23 @@ def prefix_cache_summary(stats: PrefixCacheStats | None, prompt_tokens) -> dict 
     }
 
 
-def build_kv_cache(num_blocks: int, params, policy_cls, log) -> KVCache:
+def build_kv_cache(num_blocks: int, params, policy_cls, log, max_tokens: int) -> KVCache:
     """One replica's KV cache from the scenario's ``kv_cache`` section: a :class:`PrefixKVCache`
     when ``prefix_caching`` is on and the policy re-forms its batch every step; padded-batch
     policies (static, dynamic) reserve whole rectangles, so they keep the plain cache (noted)."""
     if not params.prefix_caching:
-        return KVCache(num_blocks, params.block_size, params.mode)
+        return KVCache(num_blocks, params.block_size, params.mode, params.reserve, max_tokens)
     if policy_cls.steady_kind != "running":
         message = (f"kv_cache.prefix_caching is ignored under {policy_cls.kind} batching "
                    f"(padded batches reserve their whole rectangle; only continuous and "
                    f"chunked_prefill reuse cached prefixes)")
         if message not in log.messages:
             log.note(message)
-        return KVCache(num_blocks, params.block_size, params.mode)
+        return KVCache(num_blocks, params.block_size, params.mode, params.reserve, max_tokens)
     if log.prefix_cache is None:
         log.prefix_cache = PrefixCacheStats(log.num_requests)
     return PrefixKVCache(num_blocks, params.block_size, params.mode, params.hash_block_size,
-                         log.prefix_cache)
+                         log.prefix_cache, params.reserve, max_tokens)
 
 
 class PrefixKVCache(KVCache):
@@ -132,8 +132,9 @@ class PrefixKVCache(KVCache):
     prefix_caching = True
 
     def __init__(self, num_blocks: int, block_size: int = 16, mode: str = "paged",
-                 hash_block_size: int = 512, stats: PrefixCacheStats | None = None):
-        super().__init__(num_blocks, block_size, mode)
+                 hash_block_size: int = 512, stats: PrefixCacheStats | None = None,
+                 reserve: str = "oracle", max_tokens: int = 0):
+        super().__init__(num_blocks, block_size, mode, reserve, max_tokens)
         self.hash_block_size = hash_block_size
         self.stats = stats
         self.refs: dict[int, int] = {}  # key -> requests holding the block (0: cached, unreferenced)

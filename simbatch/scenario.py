@@ -125,6 +125,7 @@ class KVCacheParams:
     block_size: int = 16
     mode: str = "paged"
     gpu_memory_utilization: float = 0.9
+    reserve: str = "oracle"  # what mode max_length reserves: oracle | pow2 | max (simbatch.kvcache)
     prefix_caching: bool = False  # share cached prompt prefixes (simbatch.prefix_cache)
     hash_block_size: int = 512  # tokens per trace hash_id (Mooncake: 512)
 
@@ -133,6 +134,10 @@ class KVCacheParams:
         require(self.hash_block_size >= 1, "hash_block_size", "must be >= 1")
         require(self.mode in ("paged", "max_length"), "mode",
                 f"unknown mode {self.mode!r}; allowed: paged, max_length")
+        require(self.reserve in ("oracle", "pow2", "max"), "reserve",
+                f"unknown reserve {self.reserve!r}; allowed: oracle, pow2, max")
+        require(self.reserve == "oracle" or self.mode == "max_length", "reserve",
+                f"{self.reserve!r} applies to mode max_length (paged caches reserve nothing ahead)")
         require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", "must be in (0, 1]")
 
 

@@ -9,6 +9,9 @@ from simbatch.metrics import request_table
 from simbatch.scenario import from_dict
 from prefixkit import shared_prefix_requests
 
+# kv_cache.mode, then /reserve for max_length caches (oracle when absent)
+MODES = ["paged", "max_length", "max_length/pow2", "max_length/max"]
+
 
 def scenario(seed: int, kind: str, mode: str, utilization: float, rate: float, replicas: int,
              prefix: str | None = None):
@@ -29,7 +32,9 @@ def scenario(seed: int, kind: str, mode: str, utilization: float, rate: float, r
         "model": "llama-2-7b", "hardware": "a100-40gb", "cost_model": {"kind": "roofline"},
         "cluster": {"replicas": replicas},
         # a small KV cache (0.36 x 40 GiB leaves ~1,000 blocks) so that runs end in preemptions too
-        "kv_cache": {"mode": mode, "gpu_memory_utilization": utilization,
+        "kv_cache": {"mode": mode.partition("/")[0], "reserve": mode.partition("/")[2] or "oracle",
+                     # reserving Llama-2's 4,096 tokens per request needs the larger cache
+                     "gpu_memory_utilization": 0.9 if mode.endswith("/max") else utilization,
                      "prefix_caching": prefix is not None, "hash_block_size": 64},
         "policy": policy, "seed": seed,
     })
@@ -47,7 +52,7 @@ def per_replica_steps(log):
 
 @settings(max_examples=16, deadline=None)
 @given(seed=st.integers(0, 10_000), kind=st.sampled_from(["static", "dynamic", "continuous", "chunked_prefill"]),
-       mode=st.sampled_from(["paged", "max_length"]), utilization=st.sampled_from([0.36, 0.9]),
+       mode=st.sampled_from(MODES), utilization=st.sampled_from([0.36, 0.9]),
        rate=st.sampled_from([2.0, 20.0]), replicas=st.sampled_from([1, 2]),
        prefix=st.sampled_from([None, "hash", "session"]))
 def test_fast_path_equals_step_by_step(seed, kind, mode, utilization, rate, replicas, prefix):
@@ -111,7 +116,7 @@ def test_chunked_prefill_under_load_runs_mostly_mixed_steps():
 
 @settings(max_examples=12, deadline=None)
 @given(seed=st.integers(0, 10_000), kind=st.sampled_from(["continuous", "chunked_prefill"]),
-       mode=st.sampled_from(["paged", "max_length"]), utilization=st.sampled_from([0.36, 0.9]),
+       mode=st.sampled_from(MODES), utilization=st.sampled_from([0.36, 0.9]),
        rate=st.sampled_from([2.0, 20.0]), prefix=st.sampled_from(["hash", "session"]))
 def test_fast_path_equals_step_by_step_with_prefix_caching(seed, kind, mode, utilization, rate, prefix):
     test_fast_path_equals_step_by_step.hypothesis.inner_test(seed, kind, mode, utilization, rate, 1, prefix)

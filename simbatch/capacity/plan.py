@@ -242,7 +242,7 @@ def check_candidates(scenario: Scenario, candidates: list[Candidate], workloads:
             build_backend(sc)  # the candidate's TP degree is in sc.cluster
             blocks = kv_blocks_per_replica(sc, model, gpu)
             for w in workloads:
-                check_requests_fit(w, sc, blocks, model.name)
+                check_requests_fit(w, sc, blocks, model)
         except SimbatchError as exc:
             skipped[c] = exc.cause
     if len(skipped) == len(candidates):

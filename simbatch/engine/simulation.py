@@ -14,7 +14,7 @@ from simbatch.engine.routers import ROUTER_CLASSES, StepClock
 from simbatch.errors import SimbatchError
 from simbatch.eventlog import EventLog
 from simbatch.hardware import GPUSpec, get_gpu
-from simbatch.kvcache import kv_capacity_blocks
+from simbatch.kvcache import kv_capacity_blocks, reserved_tokens
 from simbatch.models import ModelSpec, get_model
 from simbatch.policies import parse_policy
 from simbatch.prefix_cache import build_kv_cache
@@ -120,17 +120,28 @@ def first_misfit(tokens, block_size: int, blocks: int) -> tuple[int, int, int] |
     return i, int(need[i]), int(bad.sum())
 
 
-def check_requests_fit(workload: Workload, scenario: Scenario, blocks: int, model_name: str) -> None:
-    """A request whose prompt + output can never fit in one replica's KV cache (the largest,
-    in a mixed cluster) is a user error."""
-    misfit = first_misfit(workload.prompt_tokens + workload.output_tokens, scenario.kv_cache.block_size, blocks)
+def held_tokens(scenario: Scenario, prompt, output, max_context: int):
+    """Tokens each request holds at most: prompt + output, or what a ``max_length`` cache
+    reserves for it (``kv_cache.reserve``)."""
+    kv = scenario.kv_cache
+    return reserved_tokens(prompt, output, kv.reserve, max_context) if kv.mode == "max_length" else prompt + output
+
+
+def check_requests_fit(workload: Workload, scenario: Scenario, blocks: int, model: ModelSpec) -> None:
+    """A request whose prompt + output (or reservation) can never fit in one replica's KV cache
+    (the largest, in a mixed cluster) is a user error."""
+    tokens = held_tokens(scenario, workload.prompt_tokens, workload.output_tokens, model.max_context)
+    misfit = first_misfit(tokens, scenario.kv_cache.block_size, blocks)
     if misfit is not None:
         i, need, count = misfit
+        kv = scenario.kv_cache
+        reserving = (f", reserving {int(tokens[i])} tokens (kv_cache.reserve {kv.reserve})"
+                     if kv.mode == "max_length" and kv.reserve != "oracle" else "")
         raise SimbatchError(
             scenario.where("workload"),
             f"request {i} (prompt {int(workload.prompt_tokens[i])} + output "
-            f"{int(workload.output_tokens[i])} tokens) needs {need} KV blocks, but one replica of "
-            f"{model_name} holds {blocks} ({count} request(s) too large); "
+            f"{int(workload.output_tokens[i])} tokens{reserving}) needs {need} KV blocks, but one replica of "
+            f"{model.name} holds {blocks} ({count} request(s) too large); "
             f"set workload.max_total_tokens or use more memory")
 
 
@@ -183,14 +194,14 @@ def build_groups(scenario: Scenario, model: ModelSpec) -> list[ReplicaGroupSetup
 
 
 def build_replicas(env: simpy.Environment, scenario: Scenario, groups: list[ReplicaGroupSetup],
-                   log: EventLog, seqs: list, fast_forward: bool) -> tuple[list[Replica], object]:
+                   log: EventLog, seqs: list, fast_forward: bool, max_context: int) -> tuple[list[Replica], object]:
     """One Replica per replica (own KV cache and policy; a group shares its cost model) and the router."""
     router_cls = ROUTER_CLASSES[scenario.cluster.router]
     kv_params = scenario.kv_cache
     replicas = []
     for group in groups:
         for _ in range(group.count):
-            kv = build_kv_cache(group.kv_blocks, kv_params, group.policy_cls, log)
+            kv = build_kv_cache(group.kv_blocks, kv_params, group.policy_cls, log, max_context)
             policy = group.policy_cls(group.policy_params, kv, note=log.note)
             # Only a router that reads the step in flight pays for the clock's extra call per step.
             backend = StepClock(group.backend, env) if router_cls.needs_step_clock else group.backend
@@ -215,7 +226,7 @@ def simulate(scenario: Scenario, fast_forward: bool = True) -> RunResult:
                               where=scenario.where("workload"))
     model = get_model(d["model"], scenario.where("model"))
     groups = build_groups(scenario, model)
-    check_requests_fit(workload, scenario, max(g.kv_blocks for g in groups), model.name)
+    check_requests_fit(workload, scenario, max(g.kv_blocks for g in groups), model)
     _, params = parse_policy(d["policy"], scenario.where("policy"))
 
     log = EventLog(len(workload), scenario.cluster.replicas)
@@ -223,7 +234,7 @@ def simulate(scenario: Scenario, fast_forward: bool = True) -> RunResult:
         log.note(note)
     env = simpy.Environment()
     seqs: list[Sequence | None] = [None] * len(workload)
-    replicas, router = build_replicas(env, scenario, groups, log, seqs, fast_forward)
+    replicas, router = build_replicas(env, scenario, groups, log, seqs, fast_forward, model.max_context)
     env.process(dispatch(env, workload, replicas, seqs, log, router, scenario.engine.request_s))
     env.run()
     flush_unfinished(seqs, replicas, log)

@@ -32,8 +32,9 @@ class TrackingKVCache(KVCache):
     """The policies' block accounting, telling a real backend when a request's blocks are freed
     (it finished, or was preempted for recompute), so the backend frees its real cache too."""
 
-    def __init__(self, num_blocks: int, block_size: int, mode: str, on_free: Callable[[int], None]):
-        super().__init__(num_blocks, block_size, mode)
+    def __init__(self, num_blocks: int, block_size: int, mode: str, reserve: str, max_tokens: int,
+                 on_free: Callable[[int], None]):
+        super().__init__(num_blocks, block_size, mode, reserve, max_tokens)
         self.on_free = on_free
 
     def free(self, seq: Sequence) -> None:
@@ -56,7 +57,8 @@ def run_engine(scenario: Scenario, workload: Workload, model: ModelSpec, gpu: GP
     for note in workload.notes:
         log.note(note)
     seqs: list[Sequence | None] = [None] * len(workload)
-    kv_args = (blocks, scenario.kv_cache.block_size, scenario.kv_cache.mode)
+    kv = scenario.kv_cache
+    kv_args = (blocks, kv.block_size, kv.mode, kv.reserve, model.max_context)
     kv = TrackingKVCache(*kv_args, on_free) if on_free else KVCache(*kv_args)
     replica = Replica(env, 0, policy_cls(params, kv, note=log.note), backend, log, seqs, fast_forward)
     env.process(dispatch(env, workload, [replica], seqs, log))

@@ -56,7 +56,7 @@ def build_torch_backend(scenario: Scenario, workload: Workload, model: ModelSpec
     element = torch.empty((), dtype=DTYPES[dtype]).element_size()
     free = available_memory(dev) - model.num_params * element  # what is left once the weights are in
     blocks, note = validation_blocks(scenario, model, gpu, workload, dev.type, free, element)
-    check_requests_fit(workload, scenario, blocks, model.name)
+    check_requests_fit(workload, scenario, blocks, model)
     backend = TorchBackend(model, num_blocks=blocks, block_size=scenario.kv_cache.block_size, device=device,
                            dtype=dtype, seed=seed, threads=threads)
     backend.warmup()

@@ -22,6 +22,7 @@ from simbatch.engine.simulation import (
     ReplicaGroupSetup,
     RunResult,
     first_misfit,
+    held_tokens,
     flush_unfinished,
     kv_blocks_per_replica,
     replica_backend,
@@ -81,7 +82,7 @@ def check_pool_fits(workload: Workload, scenario: Scenario, pool: PoolSetup, tok
 
 
 def build_replicas(env, scenario: Scenario, pools: list[PoolSetup], log: EventLog, seqs: list,
-                   fast_forward: bool) -> tuple[list[list], list]:
+                   fast_forward: bool, max_context: int) -> tuple[list[list], list]:
     """Each pool's replicas (own KV cache and policy) and its router."""
     kv_params = scenario.kv_cache
     replicas, routers, index = [], [], 0
@@ -90,9 +91,9 @@ def build_replicas(env, scenario: Scenario, pools: list[PoolSetup], log: EventLo
         members = []
         for _ in range(pool.count):
             if cache is None:  # prefill replicas: a prefix cache when kv_cache.prefix_caching says so
-                kv = build_kv_cache(pool.kv_blocks, kv_params, pool.policy_cls, log)
+                kv = build_kv_cache(pool.kv_blocks, kv_params, pool.policy_cls, log, max_context)
             else:
-                kv = cache(pool.kv_blocks, kv_params.block_size, kv_params.mode)
+                kv = cache(pool.kv_blocks, kv_params.block_size, kv_params.mode, kv_params.reserve, max_context)
             policy = pool.policy_cls(pool.policy_params, kv, note=log.note)
             backend = StepClock(pool.backend, env) if router_cls.needs_step_clock else pool.backend
             members.append(cls(env, index, policy, backend, log, seqs, fast_forward))
@@ -151,8 +152,9 @@ def run_pools(scenario: Scenario, fast_forward: bool = True) -> tuple[RunResult,
                               where=scenario.where("workload"))
     model = get_model(d["model"], scenario.where("model"))
     pools = [build_pool(scenario, model, i, name) for i, name in enumerate(POOLS)]
-    check_pool_fits(workload, scenario, pools[0], workload.prompt_tokens + 1)
-    check_pool_fits(workload, scenario, pools[1], workload.prompt_tokens + workload.output_tokens)
+    check_pool_fits(workload, scenario, pools[0], held_tokens(scenario, workload.prompt_tokens, 1, model.max_context))
+    check_pool_fits(workload, scenario, pools[1],
+                    held_tokens(scenario, workload.prompt_tokens, workload.output_tokens, model.max_context))
     _, params = parse_policy(d["policy"], scenario.where("policy"))
 
     log = EventLog(len(workload), sum(p.count for p in pools))
@@ -162,7 +164,7 @@ def run_pools(scenario: Scenario, fast_forward: bool = True) -> tuple[RunResult,
     env = simpy.Environment()
     seqs: list[Sequence | None] = [None] * len(workload)
     (prefill, decode), (prefill_router, decode_router) = build_replicas(env, scenario, pools, log, seqs,
-                                                                        fast_forward)
+                                                                        fast_forward, model.max_context)
     decode_limits = serve_limits(decode)
     handoff = Handoff(env, log, seqs, workload.output_tokens.tolist(), decode, decode_router, decode_limits,
                       dis.link, model.kv_bytes_per_token, link_lanes(prefill, decode, pools))
