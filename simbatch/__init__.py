@@ -5,7 +5,7 @@ The public API (``load_scenario``, ``run``, ``compare``, ``validate``, ``validat
 light.
 """
 
-__version__ = "0.1.0"
+from simbatch.version import __version__  # noqa: F401  (simbatch.__version__)
 
 _API = ("load_scenario", "run", "compare", "validate", "validate_against", "write_compare", "RunOutput",
         "POLICY_ORDER")
@@ -17,7 +17,7 @@ def __getattr__(name):
 
         return scenarios_dir
     if name in _API:
-        from simbatch import api
+        import simbatch.api as api
 
         return getattr(api, name)
     raise AttributeError(f"module 'simbatch' has no attribute {name!r}")

@@ -16,6 +16,7 @@ import yaml
 from simbatch.engine.disaggregation.params import DisaggregationParams, parse_disaggregation
 from simbatch.engine.routers import ROUTERS
 from simbatch.engines import EngineParams, parse_engine
+from simbatch.dotted import set_dotted  # noqa: F401  (re-exported: --set, sweep grids)
 from simbatch.errors import SimbatchError
 from simbatch.params import parse_params, require
 from simbatch.policies import parse_policy
@@ -275,41 +276,6 @@ def apply_overrides(data: dict, overrides: list[str], source: str = "--set") -> 
     return data
 
 
-def set_dotted(data: dict, key: str, value, label: str) -> None:
-    """Set dotted ``key`` (``a.b.c``, list items as ``a.b[1].c``) in ``data`` in place,
-    creating missing sections (list items must exist)."""
-    steps: list[str | int] = []
-    for part in key.split("."):
-        m = re.fullmatch(r"([^\[\]]+)((?:\[\d+\])*)", part)
-        if m is None:
-            raise SimbatchError(label, f"bad field name {part!r}; use a.b.c, or a.b[1].c for a list item")
-        steps.append(m.group(1))
-        steps.extend(int(i) for i in re.findall(r"\[(\d+)\]", m.group(2)))
-    node = data
-    for here, step in zip(steps, steps[1:]):
-        if isinstance(here, int):
-            if not isinstance(node, list) or here >= len(node):
-                raise SimbatchError(label, f"no list item [{here}] to set")
-            node = node[here]
-            continue
-        if not isinstance(node, dict):
-            raise SimbatchError(label, f"{here} is not inside a section")
-        if node.get(here) is None:
-            node[here] = [] if isinstance(step, int) else {}
-        node = node[here]
-        if isinstance(step, int) and not isinstance(node, list):
-            raise SimbatchError(label, f"{here} is not a list")
-        if isinstance(step, str) and not isinstance(node, (dict, list)):
-            raise SimbatchError(label, f"{here} is not a section")
-    last = steps[-1]
-    if isinstance(last, int):
-        if not isinstance(node, list) or last >= len(node):
-            raise SimbatchError(label, f"no list item [{last}] to set")
-    elif not isinstance(node, dict):
-        raise SimbatchError(label, f"cannot set {last} here")
-    node[last] = value
-
-
 def read_yaml(path: Path) -> dict:
     """Read a scenario file through :func:`simbatch.yamlio.load_yaml`: unreadable files,
     invalid YAML, duplicate keys and alias bombs become ``file:line`` messages."""
@@ -345,9 +311,9 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
             if group.policy is not None:
                 parse_policy(group.policy_spec(data["policy"]), f"{source}: cluster.replicas[{i}].policy")
     if data.get("variants") is not None:
-        from simbatch.variants import check_variants
+        from simbatch.variants import check_variants  # below this module: it is handed from_dict
 
-        check_variants(data, source)
+        check_variants(data, source, from_dict)
     return Scenario(
         data=data, source=source, base_dir=Path(base_dir or "."),
         cluster=cluster,

@@ -15,14 +15,14 @@ loaded, so a typo fails before anything runs, naming the variant and the field.
 from __future__ import annotations
 
 import copy
+from typing import Callable
 
+from simbatch.dotted import set_dotted
 from simbatch.errors import SimbatchError
 
 
 def variant_data(data: dict, overrides: dict, label: str) -> dict:
     """``data`` (without its ``variants``) with the dotted ``overrides`` applied."""
-    from simbatch.scenario import set_dotted
-
     out = copy.deepcopy({k: v for k, v in data.items() if k != "variants"})
     for key, value in overrides.items():
         if key == "policy.kind" and (out.get("policy") or {}).get("kind") != value:
@@ -31,10 +31,9 @@ def variant_data(data: dict, overrides: dict, label: str) -> dict:
     return out
 
 
-def check_variants(data: dict, source: str) -> dict[str, dict]:
-    """The scenario's ``variants`` (name -> overrides), each checked as a whole scenario."""
-    from simbatch.scenario import from_dict
-
+def check_variants(data: dict, source: str, from_dict: Callable[[dict, str], object]) -> dict[str, dict]:
+    """The scenario's ``variants`` (name -> overrides), each checked as a whole scenario by
+    ``from_dict`` (:func:`simbatch.scenario.from_dict`, handed down: this module is below it)."""
     spec = data.get("variants")
     if spec is None:
         return {}

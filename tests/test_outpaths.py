@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-import simbatch.api as api
+import simbatch.runs as runs
 from simbatch.cli import main
 
 COMMANDS = [["run", "classroom"], ["compare", "classroom", "--jobs", "1"],
@@ -16,9 +16,9 @@ COMMANDS = [["run", "classroom"], ["compare", "classroom", "--jobs", "1"],
 @pytest.mark.parametrize("argv", COMMANDS, ids=lambda a: a[0])
 @pytest.mark.parametrize("bad", ["file", "under_file", "proc"])
 def test_bad_out_fails_before_simulating(tmp_path, capsys, monkeypatch, argv, bad):
-    # Every in-process simulation goes through simbatch.api's simulate: make it fail loudly, so
+    # Every in-process simulation goes through simbatch.runs' simulate: make it fail loudly, so
     # the error must come before any (compare may also run policies in worker processes).
-    monkeypatch.setattr(api, "simulate", lambda *a, **k: pytest.fail("simulated before checking --out"))
+    monkeypatch.setattr(runs, "simulate", lambda *a, **k: pytest.fail("simulated before checking --out"))
     (tmp_path / "f.txt").write_text("x")
     out = {"file": tmp_path / "f.txt", "under_file": tmp_path / "f.txt" / "sub", "proc": "/proc/simbatch-x"}[bad]
     if bad == "proc" and not sys.platform.startswith("linux"):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-import simbatch
+from simbatch.version import __version__
 from simbatch.calibrate.bench_attention import bench_decode, bench_prefill
 from simbatch.calibrate.bench_backend import (
     bench_engine_overhead,
@@ -105,7 +105,7 @@ def _header(spec: ModelSpec, facts: dict, dtype: str, quick: bool, seed: int, wa
                   "intermediate_size": spec.intermediate_size, "vocab_size": spec.vocab_size,
                   "gated_mlp": spec.gated_mlp},
         "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "simbatch": simbatch.__version__, "quick": quick,
+        "simbatch": __version__, "quick": quick,
         "timing": {"warmup": warmup, "repeats": max_repeats, "min_repeats": min_repeats, "budget_s": budget_s,
                    "statistic": "median", "clock": clock, "seed": seed, "wall_s": round(wall_s, 1)},
         "notes": notes,

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-import simbatch
+from simbatch.version import __version__
 from simbatch.costmodel.fit import pool_adjacent_violators
 from simbatch.errors import SimbatchError
 from simbatch.hardware import get_gpu
@@ -117,7 +117,7 @@ def _header(model: ModelSpec, gpu: str, tp: int, origin: str, notes: tuple[str, 
                                                  "num_kv_heads", "head_dim", "intermediate_size",
                                                  "vocab_size", "gated_mlp")},
         "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "simbatch": simbatch.__version__, "quick": False,
+        "simbatch": __version__, "quick": False,
         "timing": {"warmup": 2, "repeats": 20, "statistic": "median"},
         "origin": f"vidur:{origin}",
         "notes": [f"Imported from {origin} of {CITATION}.",

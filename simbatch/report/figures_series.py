@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from simbatch.report.figures import (
+from simbatch.report.figures_common import (
     legend_on_top,
     log_if_wide,
     new_figure,

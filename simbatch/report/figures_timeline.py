@@ -15,7 +15,7 @@ import heapq
 import numpy as np
 import pandas as pd
 
-from simbatch.report.figures import new_figure
+from simbatch.report.figures_common import new_figure
 from simbatch.report.load import RunData
 
 WINDOW_STEPS = 150  # steps of replica 0 drawn...

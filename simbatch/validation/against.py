@@ -40,6 +40,8 @@ import pandas as pd
 from simbatch.errors import SimbatchError
 from simbatch.measured.replay import replay_scenario
 from simbatch.measured.run import MeasuredRun
+from simbatch.runs import RunOutput
+from simbatch.runs import run as simulate_run
 # One definition of the compared values for both sides (and for the engine fit).
 from simbatch.metrics.table_metrics import LATENCIES, inflight_tokens, side_values
 from simbatch.scenario import Scenario
@@ -61,7 +63,7 @@ class LogValidation:
 
     name: str  # unique file stem among the logs, for pairs/<name>.csv and cdfs/<name>.png
     measured: MeasuredRun
-    predicted: object  # simbatch.api.RunOutput (not imported here: api imports this module)
+    predicted: RunOutput
     pairs: pd.DataFrame  # PAIR_COLUMNS, one row per request in arrival order
     errors: dict  # ENTRY_KEYS, the log's entry of validation.json
 
@@ -130,10 +132,8 @@ def validate_runs(scenario: Scenario, runs: list[MeasuredRun], labels: list[str]
 
 def validate_run(scenario: Scenario, run: MeasuredRun, label: str, name: str) -> LogValidation:
     """One log: simulate its workload under ``scenario``, pair the requests, compute the errors."""
-    from simbatch.api import run as simulate_run
-
     try:
-        predicted = simulate_run(replay_scenario(scenario, run))
+        predicted = simulate_run(replay_scenario(scenario, run))  # simbatch.runs.run
     except SimbatchError as exc:
         raise SimbatchError(label, f"the scenario cannot replay this log: {exc}") from None
     measured = run.requests()

@@ -31,8 +31,8 @@ CPU_THREADS = 1
 class PolicyValidation:
     """One policy's measured run, predicted run, paired steps and errors."""
 
-    measured: object    # simbatch.api.RunOutput
-    predicted: object   # simbatch.api.RunOutput
+    measured: object    # simbatch.runs.RunOutput
+    predicted: object   # simbatch.runs.RunOutput
     pairs: pd.DataFrame
     errors: dict
     wall_s: float
@@ -115,7 +115,7 @@ def validate_policy(scenario: Scenario, workload, model, gpu, backend, cost) -> 
 
 def to_output(result: RunResult):
     """A :class:`simbatch.api.RunOutput` (summary and tables) of an engine run."""
-    from simbatch.api import RunOutput, describe_run
+    from simbatch.runs import RunOutput, describe_run
     from simbatch.metrics import request_table, steps_table, summarize
 
     sc = result.scenario

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from simbatch.errors import SimbatchError
-from simbatch.workload import transforms
+import simbatch.workload.transforms as transforms
 from simbatch.workload.readers import read_trace
 from simbatch.workload.request import Request, Workload
 from simbatch.workload.synthetic import (check_keys, check_number, number, require_mapping, sample_arrivals,
