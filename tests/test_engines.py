@@ -9,7 +9,7 @@ import pytest
 from simbatch import load_scenario, run
 from simbatch.cli import main
 from simbatch.costmodel import build_cost_model
-from simbatch.engine.simulation import kv_blocks_per_replica
+from simbatch.engine.setup import kv_blocks_per_replica
 from simbatch.engines import PRESETS, parse_engine, profiling_peak_bytes
 from simbatch.errors import SimbatchError
 from simbatch.measured import read_measured

@@ -228,7 +228,7 @@ def check_candidates(scenario: Scenario, candidates: list[Candidate], workloads:
     too little KV memory for the longest request), or a TP degree the model
     cannot split into, only skips that candidate.
     """
-    from simbatch.engine.simulation import build_backend, check_requests_fit, kv_blocks_per_replica
+    from simbatch.engine.setup import build_backend, check_requests_fit, kv_blocks_per_replica
     from simbatch.hardware import get_gpu
     from simbatch.models import get_model
 

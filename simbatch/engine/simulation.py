@@ -2,182 +2,29 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import simpy
 
 from simbatch.control import attach_controller
-from simbatch.costmodel import build_cost_model
 from simbatch.engine.dispatcher import dispatch
+from simbatch.engine.disaggregation.build import simulate_disaggregated
 from simbatch.engine.replica import Replica
 from simbatch.engine.routers import ROUTER_CLASSES, StepClock
-from simbatch.errors import SimbatchError
+from simbatch.engine.setup import (
+    ReplicaGroupSetup,
+    RunResult,
+    check_requests_fit,
+    flush_unfinished,
+    group_backend,
+    group_field,
+    kv_blocks_per_replica,
+)
 from simbatch.eventlog import EventLog
-from simbatch.hardware import GPUSpec, get_gpu
-from simbatch.kvcache import kv_capacity_blocks, reserved_tokens
 from simbatch.models import ModelSpec, get_model
 from simbatch.policies import parse_policy
 from simbatch.prefix_cache import build_kv_cache
 from simbatch.scenario import Scenario
-from simbatch.sequence import FINISHED, Sequence
-from simbatch.workload import Workload, build_workload
-
-
-@dataclass
-class ReplicaGroupSetup:
-    """One replica group as built: its GPU, TP degree, cost model, policy and KV capacity."""
-
-    index: int  # group number, in the order of cluster.replicas
-    count: int
-    gpu: GPUSpec
-    tensor_parallel: int
-    backend: object
-    policy_cls: type
-    policy_params: object
-    kv_blocks: int
-
-    def describe(self) -> dict:
-        """What a replica of this group is, for the summary's per-replica section."""
-        return {"group": self.index, "hardware": self.gpu.name, "tensor_parallel": self.tensor_parallel,
-                "policy": self.policy_cls.kind, "kv_blocks": self.kv_blocks}
-
-
-@dataclass
-class RunResult:
-    """Everything a run produced, before metrics.
-
-    ``gpu`` and ``cost_model`` are the first replica group's (a cluster of one
-    kind has one group); ``policy_params`` are the scenario's ``policy``;
-    ``groups`` holds every group, ``group_of_replica`` each replica's group.
-    """
-
-    scenario: Scenario
-    workload: Workload
-    log: EventLog
-    model: ModelSpec
-    gpu: GPUSpec
-    cost_model: object
-    policy_params: object
-    groups: list[ReplicaGroupSetup] = field(default_factory=list)
-    disaggregation: dict | None = None  # the pools and link of a disaggregated run (else None)
-
-    @property
-    def group_of_replica(self) -> list[ReplicaGroupSetup]:
-        """Each replica's group, in replica order."""
-        return [g for g in self.groups for _ in range(g.count)]
-
-    def replica_info(self) -> list[dict]:
-        """Per replica: index, group, hardware, TP degree, policy kind, KV blocks."""
-        return [{"index": r, **g.describe()} for r, g in enumerate(self.group_of_replica)]
-
-    def _per_replica(self, attr: str):
-        """A GPU figure: one number for a single-GPU-kind cluster, else one per replica."""
-        values = [getattr(g.gpu, attr) for g in self.group_of_replica]
-        return values[0] if len(set(values)) <= 1 else values
-
-    @property
-    def peak_flops(self):
-        """Peak FLOP/s per GPU (a list, per replica, when the GPUs differ)."""
-        return self._per_replica("peak_flops") if self.groups else self.gpu.peak_flops
-
-    @property
-    def peak_bandwidth(self):
-        """Peak HBM bytes/s per GPU (a list, per replica, when the GPUs differ)."""
-        return self._per_replica("hbm_bandwidth") if self.groups else self.gpu.hbm_bandwidth
-
-
-def kv_blocks_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
-                          tensor_parallel: int | None = None, where: str = "hardware",
-                          policy: dict | None = None) -> int:
-    """KV capacity of one replica (TP degree: the cluster's unless given) running ``policy``
-    (the scenario's unless given: the engine's start-up profiling pass depends on it); a
-    model that leaves no room for KV is a user error naming ``where``."""
-    kv = scenario.kv_cache
-    tp = tensor_parallel or scenario.cluster.tensor_parallel
-    reserved = scenario.engine.reserved_bytes(model, tp, policy or scenario.data["policy"], gpu.memory_bytes)
-    blocks = kv_capacity_blocks(
-        gpu_memory_bytes=gpu.memory_bytes, weight_bytes=model.weight_bytes,
-        kv_bytes_per_token=model.kv_bytes_per_token, tensor_parallel=tp,
-        block_size=kv.block_size, gpu_memory_utilization=kv.gpu_memory_utilization,
-        reserved_bytes=reserved)
-    if blocks < 1:
-        raise SimbatchError(
-            scenario.where(where),
-            f"{model.name} weights ({model.weight_bytes / 2**30:.1f} GiB over {tp} GPU(s)) leave no room "
-            f"for a KV cache in {gpu.name} x gpu_memory_utilization {kv.gpu_memory_utilization}; "
-            f"raise cluster.tensor_parallel or pick a larger GPU")
-    return blocks
-
-
-def first_misfit(tokens, block_size: int, blocks: int) -> tuple[int, int, int] | None:
-    """(index, blocks it needs, how many misfit) of the first request whose ``tokens`` need
-    more than ``blocks`` KV blocks; None when every one fits."""
-    need = -(-tokens // block_size)
-    bad = need > blocks
-    if not bad.any():
-        return None
-    i = int(bad.argmax())
-    return i, int(need[i]), int(bad.sum())
-
-
-def held_tokens(scenario: Scenario, prompt, output, max_context: int):
-    """Tokens each request holds at most: prompt + output, or what a ``max_length`` cache
-    reserves for it (``kv_cache.reserve``)."""
-    kv = scenario.kv_cache
-    return reserved_tokens(prompt, output, kv.reserve, max_context) if kv.mode == "max_length" else prompt + output
-
-
-def check_requests_fit(workload: Workload, scenario: Scenario, blocks: int, model: ModelSpec) -> None:
-    """A request whose prompt + output (or reservation) can never fit in one replica's KV cache
-    (the largest, in a mixed cluster) is a user error."""
-    tokens = held_tokens(scenario, workload.prompt_tokens, workload.output_tokens, model.max_context)
-    misfit = first_misfit(tokens, scenario.kv_cache.block_size, blocks)
-    if misfit is not None:
-        i, need, count = misfit
-        kv = scenario.kv_cache
-        reserving = (f", reserving {int(tokens[i])} tokens (kv_cache.reserve {kv.reserve})"
-                     if kv.mode == "max_length" and kv.reserve != "oracle" else "")
-        raise SimbatchError(
-            scenario.where("workload"),
-            f"request {i} (prompt {int(workload.prompt_tokens[i])} + output "
-            f"{int(workload.output_tokens[i])} tokens{reserving}) needs {need} KV blocks, but one replica of "
-            f"{model.name} holds {blocks} ({count} request(s) too large); "
-            f"set workload.max_total_tokens or use more memory")
-
-
-def group_field(scenario: Scenario, i: int, name: str) -> str:
-    """Where group ``i``'s ``name`` comes from: ``cluster.replicas[i].name`` when the group sets
-    it, else the scenario's top-level field (errors then name the line to fix)."""
-    if scenario.cluster.is_grouped and getattr(scenario.cluster.groups[i], name) is not None:
-        return f"cluster.replicas[{i}].{name}"
-    return name
-
-
-def group_backend(scenario: Scenario, model: ModelSpec, i: int) -> tuple[GPUSpec, int, object]:
-    """Group ``i``'s GPU, TP degree and cost model (its own fields, else the scenario's)."""
-    return replica_backend(scenario, model, scenario.cluster.groups[i], lambda f: group_field(scenario, i, f))
-
-
-def replica_backend(scenario: Scenario, model: ModelSpec, own, field) -> tuple[GPUSpec, int, object]:
-    """GPU, TP degree and cost model of replicas whose spec ``own`` may set ``hardware``,
-    ``tensor_parallel`` and ``cost_model`` (None: the scenario's); ``field(name)`` is the
-    dotted field an error about ``name`` points at (a group's, a pool's)."""
-    d = scenario.data
-    gpu = get_gpu(d["hardware"] if own.hardware is None else own.hardware, scenario.where(field("hardware")))
-    tp = own.tensor_parallel or scenario.cluster.tensor_parallel
-    spec = d.get("cost_model") if own.cost_model is None else own.cost_model
-    backend = build_cost_model(spec, model, gpu, tp, scenario.where(field("cost_model")), base_dir=scenario.base_dir,
-                               overhead=scenario.engine.overhead_params(), engine_where=scenario.where("engine"))
-    return gpu, tp, backend
-
-
-def build_backend(scenario: Scenario) -> tuple[ModelSpec, GPUSpec, object]:
-    """The scenario's model, GPU and cost model (the first replica group's; every group is
-    built, so every group's errors surface; they name the scenario's fields)."""
-    model = get_model(scenario.data["model"], scenario.where("model"))
-    built = [group_backend(scenario, model, i) for i in range(len(scenario.cluster.groups))]
-    gpu, _, backend = built[0]
-    return model, gpu, backend
+from simbatch.sequence import Sequence
+from simbatch.workload import build_workload
 
 
 def build_groups(scenario: Scenario, model: ModelSpec) -> list[ReplicaGroupSetup]:
@@ -217,9 +64,7 @@ def simulate(scenario: Scenario, fast_forward: bool = True) -> RunResult:
     ``fast_forward=False`` takes every step through the policy (the reference
     the fast path is tested against; results are identical).
     """
-    if scenario.is_disaggregated:  # imported here: that module builds on this one
-        from simbatch.engine.disaggregation.build import simulate_disaggregated
-
+    if scenario.is_disaggregated:
         return simulate_disaggregated(scenario, fast_forward)
     d = scenario.data
     workload = build_workload(d["workload"], base_dir=scenario.base_dir, seed=scenario.seed,
@@ -240,23 +85,3 @@ def simulate(scenario: Scenario, fast_forward: bool = True) -> RunResult:
     flush_unfinished(seqs, replicas, log)
     first = groups[0]
     return RunResult(scenario, workload, log, model, first.gpu, first.backend, params, groups)
-
-
-def flush_unfinished(seqs: list[Sequence | None], replicas: list[Replica], log: EventLog) -> None:
-    """Record what requests that never finished did get (tokens, preemptions, open token runs)."""
-    for replica in replicas:
-        replica.group.sync_all()  # counters a steady decode run still owes them
-    unfinished = 0
-    for seq in seqs:
-        if seq is None or seq.status == FINISHED:
-            continue
-        unfinished += 1
-        log.num_emitted[seq.id] = seq.num_generated
-        log.num_preemptions[seq.id] = seq.num_preemptions
-        where = log.replica[seq.id]
-        if log.decode_replica is not None and log.decode_replica[seq.id] >= 0:
-            where = log.decode_replica[seq.id]  # a disaggregated request past its transfer
-        if where >= 0:
-            replicas[where].close_run(seq)
-    if unfinished:
-        log.note(f"{unfinished} request(s) did not finish")

@@ -70,7 +70,7 @@ def check_points(scenario: Scenario, grid: Grid, points: list[Point]) -> None:
 
     Each distinct ``workload`` section is built once (cheap next to a run).
     """
-    from simbatch.engine.simulation import build_backend
+    from simbatch.engine.setup import build_backend
     from simbatch.workload import build_workload
 
     built = set()

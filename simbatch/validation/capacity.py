@@ -1,7 +1,7 @@
 """KV capacity of a validation run: what the real backend can hold, used by both sides.
 
 The simulator sizes the cache from the scenario's GPU preset
-(:func:`~simbatch.engine.simulation.kv_blocks_per_replica`). The real backend
+(:func:`~simbatch.engine.setup.kv_blocks_per_replica`). The real backend
 runs on whatever device is here, in its own dtype (float32 on CPU), so a
 validation takes the smallest of:
 
@@ -24,7 +24,7 @@ cut batches) is the same on both sides.
 
 from __future__ import annotations
 
-from simbatch.engine.simulation import kv_blocks_per_replica
+from simbatch.engine.setup import kv_blocks_per_replica
 from simbatch.errors import SimbatchError
 from simbatch.hardware import GPUSpec
 from simbatch.models import ModelSpec

@@ -17,7 +17,7 @@ import simpy
 
 from simbatch.engine.dispatcher import dispatch
 from simbatch.engine.replica import Replica
-from simbatch.engine.simulation import RunResult, flush_unfinished
+from simbatch.engine.setup import RunResult, flush_unfinished
 from simbatch.eventlog import EventLog
 from simbatch.hardware import GPUSpec
 from simbatch.kvcache import KVCache

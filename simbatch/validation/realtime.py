@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import simpy.rt
 
-from simbatch.engine.simulation import RunResult, check_requests_fit
+from simbatch.engine.setup import RunResult, check_requests_fit
 from simbatch.errors import SimbatchError
 from simbatch.hardware import GPUSpec
 from simbatch.models import ModelSpec

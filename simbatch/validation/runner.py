@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import simpy
 
-from simbatch.engine.simulation import RunResult
+from simbatch.engine.setup import RunResult
 from simbatch.errors import SimbatchError
 from simbatch.hardware import get_gpu
 from simbatch.models import get_model

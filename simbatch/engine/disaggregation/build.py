@@ -18,7 +18,7 @@ from simbatch.engine.disaggregation.handoff import (
 )
 from simbatch.engine.dispatcher import serve_limits
 from simbatch.engine.routers import ROUTER_CLASSES, StepClock
-from simbatch.engine.simulation import (
+from simbatch.engine.setup import (
     ReplicaGroupSetup,
     RunResult,
     first_misfit,
