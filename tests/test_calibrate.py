@@ -104,7 +104,8 @@ def test_attention_masks_match_the_reference():
     import torch
     import torch.nn.functional as F
 
-    from simbatch.calibrate.bench_attention import chunk_mask, prefill_call
+    from simbatch.backends.torch_layers import chunk_mask
+    from simbatch.calibrate.bench_attention import prefill_call
 
     g = torch.Generator().manual_seed(0)
 

@@ -20,7 +20,7 @@ __all__ = ["TorchBackend"]
 
 def __getattr__(name):
     if name == "TorchBackend":
-        from simbatch.calibrate import require_torch
+        from simbatch.torchdep import require_torch
 
         require_torch()
         from simbatch.backends.torch_backend import TorchBackend

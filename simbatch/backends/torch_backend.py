@@ -28,16 +28,17 @@ from dataclasses import dataclass
 
 import torch
 
-from simbatch.backends.torch_inputs import StepInputs, prepare
-from simbatch.backends.torch_kv import PagedKVPool
-from simbatch.backends.torch_model import LlamaModel
-from simbatch.calibrate.device import (
+from simbatch.backends.device import (
+    DTYPES,
     available_cores,
+    default_dtype,
     device_facts,
     resolve_device,
     synchronize,
 )
-from simbatch.calibrate.runner import DTYPES, default_dtype
+from simbatch.backends.torch_inputs import StepInputs, prepare
+from simbatch.backends.torch_kv import PagedKVPool
+from simbatch.backends.torch_model import LlamaModel
 from simbatch.costmodel.base import StepCost
 from simbatch.models import ModelSpec, get_model
 from simbatch.plan import StepPlan

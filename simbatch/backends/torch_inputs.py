@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from simbatch.backends.torch_kv import PagedKVPool
-from simbatch.calibrate.bench_attention import chunk_mask
+from simbatch.backends.torch_layers import chunk_mask
 from simbatch.plan import StepPlan
 
 PAD_TOKEN = 0

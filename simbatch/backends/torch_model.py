@@ -6,7 +6,7 @@ downloads: timings depend on shapes, not values). The shapes come from a
 :class:`~simbatch.models.ModelSpec` preset (``tiny`` and ``small`` for CPUs,
 ``llama-2-7b`` and friends for GPUs). Building blocks (fused QKV and gate/up
 matrices, RMSNorm, RoPE, SwiGLU) are the calibration's
-(:mod:`simbatch.calibrate.layers`), so the operators the profile timed are the
+(:mod:`simbatch.backends.torch_layers`), so the operators the profile timed are the
 operators this model runs.
 
 One forward pass computes every row of a step at once: the linear layers see
@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from simbatch.backends.torch_inputs import PrefillGroup, StepInputs
 from simbatch.backends.torch_kv import PagedKVPool
-from simbatch.calibrate.layers import (
+from simbatch.backends.torch_layers import (
     apply_rope,
     random_tensor,
     rms_norm,

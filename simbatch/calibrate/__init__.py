@@ -5,24 +5,13 @@ passed: the simulator itself never needs it. ``simbatch calibrate`` (in
 :mod:`simbatch.commands.calibrate`) and :func:`calibrate` run everything;
 the modules split the work: ``points`` (which shapes), ``layers`` (the
 tensors), ``timing`` (how to time), ``bench_*`` (each operator group),
-``device`` (facts about the hardware) and ``runner`` (the whole run).
+and ``runner`` (the whole run); facts about the device are in
+:mod:`simbatch.backends.device`.
 """
 
 from __future__ import annotations
 
-import importlib
-
-from simbatch.errors import SimbatchError
-
-TORCH_HINT = "needs torch: pip install torch==2.13.0 (or 'simbatch[torch]')"
-
-
-def require_torch():
-    """The torch module, or a one-line :class:`SimbatchError` saying how to install it."""
-    try:
-        return importlib.import_module("torch")
-    except ImportError:
-        raise SimbatchError("calibrate", TORCH_HINT) from None
+from simbatch.torchdep import TORCH_HINT, require_torch
 
 
 def calibrate(*args, **kwargs):

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
-from simbatch.calibrate.layers import LayerWeights, random_tensor
+from simbatch.backends.torch_layers import LayerWeights, chunk_mask, random_tensor
 from simbatch.calibrate.points import decode_contexts
 from simbatch.calibrate.timing import Timer
 from simbatch.profiles import measurement_row
@@ -65,11 +65,6 @@ def prefill_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: int) ->
             pass  # a torch whose fused kernels refuse the bias here: the explicit mask below works anywhere
     mask = chunk_mask(q_len, ctx, q.device)
     return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
-
-
-def chunk_mask(q_len: int, ctx: int, device: torch.device) -> torch.Tensor:
-    """(q_len, ctx + q_len) booleans: new token i sees the cache and new tokens 0..i."""
-    return torch.ones(q_len, ctx + q_len, dtype=torch.bool, device=device).tril(diagonal=ctx)
 
 
 def bench_decode(w: LayerWeights, points: list[tuple[int, int, float]], timer: Timer, seed: int,

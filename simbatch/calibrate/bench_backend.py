@@ -191,7 +191,7 @@ def build_step_backend(spec: ModelSpec, dev: torch.device, dtype_name: str, quic
                        threads: int, free_bytes: float):
     """(a warmed-up :class:`TorchBackend` with room for the largest calibration plan, the plans)."""
     from simbatch.backends.torch_backend import TorchBackend
-    from simbatch.calibrate.runner import DTYPES
+    from simbatch.backends.device import DTYPES
 
     element = torch.empty((), dtype=DTYPES[dtype_name]).element_size()
     free = free_bytes - spec.num_params * element

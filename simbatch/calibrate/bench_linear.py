@@ -11,7 +11,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from simbatch.calibrate.layers import LayerWeights, random_tensor
+from simbatch.backends.torch_layers import LayerWeights, random_tensor
 from simbatch.calibrate.timing import Timer
 from simbatch.profiles import measurement_row
 

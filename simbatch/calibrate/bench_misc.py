@@ -23,7 +23,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from simbatch.calibrate.layers import (
+from simbatch.backends.torch_layers import (
     LayerWeights,
     apply_rope,
     random_tensor,

@@ -21,20 +21,21 @@ from simbatch.calibrate.bench_backend import (
 )
 from simbatch.calibrate.bench_linear import bench_linear
 from simbatch.calibrate.bench_misc import bench_allreduce, bench_misc
-from simbatch.calibrate.device import (
+from simbatch.backends.device import (
+    DTYPES,
     available_cores,
     available_memory,
+    default_dtype,
     device_facts,
     resolve_device,
 )
-from simbatch.calibrate.layers import build_layer
+from simbatch.backends.torch_layers import build_layer
 from simbatch.calibrate.points import make_grid
 from simbatch.calibrate.timing import Timer
 from simbatch.errors import SimbatchError
 from simbatch.models import ModelSpec
 from simbatch.profiles import FORMAT, Profile, check_destination, write_profile
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PROFILES_DIR = Path("calibration") / "profiles"
 # Per-layer weights above which a CPU calibration takes long enough to warn about
 # (the 'small' preset has 6M, Llama-2-7B 202M).
@@ -42,11 +43,6 @@ SLOW_CPU_LAYER_PARAMS = 50_000_000
 # Timing settings: (warm-up calls, max repeats, min repeats, seconds budget per point).
 FULL_TIMING = (3, 15, 3, 0.5)
 QUICK_TIMING = (1, 5, 3, 0.2)
-
-
-def default_dtype(device_type: str) -> str:
-    """bfloat16 on a GPU (what serving engines run), float32 on CPU (where bf16 GEMMs are slow)."""
-    return "bfloat16" if device_type == "cuda" else "float32"
 
 
 def default_out(kind: str, model: str, dtype: str, tensor_parallel: int = 1) -> Path:

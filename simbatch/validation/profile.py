@@ -51,7 +51,7 @@ def find_profile(kind: str, model: ModelSpec, dtype: str, threads: int) -> Path 
 def predicting_cost_model(model: ModelSpec, gpu: GPUSpec, device: str, dtype: str, threads: int,
                           given: Path | None, seed: int, progress: Callable[[str], None]):
     """(cost model, profile folder, whether it was calibrated now) for the predicted side."""
-    from simbatch.calibrate.device import device_kind, resolve_device
+    from simbatch.backends.device import device_kind, resolve_device
 
     path, fresh = given, False
     if path is None:

@@ -48,8 +48,7 @@ def build_torch_backend(scenario: Scenario, workload: Workload, model: ModelSpec
     import torch
 
     from simbatch.backends.torch_backend import TorchBackend
-    from simbatch.calibrate.device import available_memory, resolve_device
-    from simbatch.calibrate.runner import DTYPES, default_dtype
+    from simbatch.backends.device import DTYPES, available_memory, default_dtype, resolve_device
 
     dev = resolve_device(device)
     dtype = dtype or default_dtype(dev.type)

@@ -1,4 +1,6 @@
-"""Facts about the device a calibration runs on, written beside the numbers.
+"""The torch device a backend or a calibration runs on: resolving it, the dtypes it runs
+in, and facts about it written beside the numbers (below both :mod:`simbatch.backends` and
+:mod:`simbatch.calibrate`).
 
 Everything here is best effort: a fact that cannot be read (no ``nvidia-smi``,
 no ``/proc/cpuinfo``) is ``None`` rather than an error, because a profile
@@ -17,6 +19,12 @@ import torch
 from simbatch.errors import SimbatchError
 
 _SMI_CLOCKS = "clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def default_dtype(device_type: str) -> str:
+    """bfloat16 on a GPU (what serving engines run), float32 on CPU (where bf16 GEMMs are slow)."""
+    return "bfloat16" if device_type == "cuda" else "float32"
 
 
 def resolve_device(name: str) -> torch.device:

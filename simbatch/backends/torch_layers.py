@@ -94,3 +94,8 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """SwiGLU's activation: silu(gate) * up, from the fused (tokens, 2 * intermediate) output."""
     gate, up = gate_up.chunk(2, dim=-1)
     return F.silu(gate) * up
+
+
+def chunk_mask(q_len: int, ctx: int, device: torch.device) -> torch.Tensor:
+    """(q_len, ctx + q_len) booleans: new token i sees the cache and new tokens 0..i."""
+    return torch.ones(q_len, ctx + q_len, dtype=torch.bool, device=device).tril(diagonal=ctx)
