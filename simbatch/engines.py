@@ -52,8 +52,9 @@ FITTED_TERMS = (*OVERHEAD_TERMS, "request_s")  # what `calibrate --from-log` fit
 # and the sorted copy (4 bytes each) and the sort's int64 indices (8 bytes).
 SAMPLER_BYTES_PER_LOGIT = 4 * 4 + 8
 
-# Each preset: the three overhead terms (seconds), whether the engine profiles
-# activations at start-up, and the memory it holds outside PyTorch (GiB).
+# Each preset: the overhead terms (seconds) and the engine's KV sizing rule: whether it
+# profiles activations at start-up, the memory it counts outside PyTorch (GiB), the share
+# of the GPU's memory it holds back.
 PRESETS: dict[str, dict] = {
     "none": {},
     # vLLM of late 2023 (v0 engine, no CUDA graphs; DistServe's baseline is v0.1.7)

@@ -1,9 +1,10 @@
 """KV-cache memory: capacity in blocks and the block accounting policies use.
 
 Capacity follows vLLM: what is left of ``gpu_memory_utilization`` x GPU memory
-after the weights, divided by the bytes of one block (``block_size`` tokens x
-KV bytes per token). Activation memory is not subtracted (vLLM profiles it; it
-is small beside the KV cache for these models) — a documented simplification.
+after the weights and what the serving engine holds back (``reserved_bytes``:
+its profiling pass, memory outside PyTorch, a share of the GPU; see
+:mod:`simbatch.engines`), divided by the bytes of one block (``block_size``
+tokens x KV bytes per token).
 
 Two reservation modes:
 - ``paged``: blocks are taken as tokens are computed (vLLM);
@@ -38,9 +39,8 @@ def reserved_tokens(prompt, output, reserve: str, max_tokens: int) -> np.ndarray
     if reserve == "oracle":
         return prompt + output
     if reserve == "pow2":
-        # 2 ** ceil(log2(output)) in integers: the bit length of output - 1.
-        bits = np.frexp(np.maximum(output, 1) - 1)[1] if output.ndim else (max(int(output), 1) - 1).bit_length()
-        return prompt + (np.int64(1) << np.asarray(bits, dtype=np.int64))
+        # 2 ** ceil(log2(output)) in integers: frexp's exponent is the bit length of output - 1.
+        return prompt + (np.int64(1) << np.frexp(np.maximum(output, 1) - 1)[1].astype(np.int64))
     if reserve == "max":
         return np.maximum(prompt + output, max_tokens)
     raise SimbatchError("kv_cache.reserve", f"unknown reserve {reserve!r}; allowed: {', '.join(RESERVES)}")

@@ -31,7 +31,7 @@ import pandas as pd
 
 from simbatch.errors import SimbatchError
 from simbatch.measured.run import MeasuredRun
-from simbatch.workload.readers import TIME_UNITS, _ints, _load
+from simbatch.workload.readers import TIME_UNITS, _ints, _load, check_column_mapping
 
 FORMATS = ("distserve", "vllm", "genai-perf", "generic")
 DISTSERVE_KEYS = ("prompt_len", "output_len", "issue_time", "first_token_time", "complete_time",
@@ -496,22 +496,10 @@ def read_generic_run(path: str | Path, columns: dict, system: str = "") -> Measu
 
 def _generic_roles(columns: Any) -> dict:
     where = "columns"
-    if not isinstance(columns, dict):
-        raise SimbatchError(where, f"expected a mapping of {', '.join(GENERIC_RUN_KEYS)}, got {columns!r}")
-    for key, value in columns.items():
-        if key not in GENERIC_RUN_KEYS:
-            raise SimbatchError(f"{where}.{key}", f"unknown key; allowed: {', '.join(GENERIC_RUN_KEYS)}")
-        if not isinstance(value, str) or not value:
-            raise SimbatchError(f"{where}.{key}", f"expected a column name, got {value!r}")
-    for key in ("arrival", "prompt", "output"):
-        if key not in columns:
-            raise SimbatchError(f"{where}.{key}", "missing: required")
+    check_column_mapping(columns, GENERIC_RUN_KEYS, ("arrival", "prompt", "output"), where, "missing: required")
     for absolute, duration in (("first_token", "ttft"), ("finish", "e2el")):
         if (absolute in columns) == (duration in columns):
             raise SimbatchError(where, f"give exactly one of '{absolute}' (a time) or '{duration}' (a duration)")
-    if columns.get("time_unit", "s") not in TIME_UNITS:
-        raise SimbatchError(f"{where}.time_unit", f"expected one of {', '.join(TIME_UNITS)}, "
-                            f"got {columns['time_unit']!r}")
     return columns
 
 

@@ -82,21 +82,28 @@ def read_generic(path: str | Path, columns: dict, where: str | None = None) -> W
     may be numeric (in ``time_unit``) or datetime strings; without it arrivals
     are NaN, as in :func:`read_lengths`. ``where`` labels mapping errors.
     """
-    where = where or "columns"
+    check_column_mapping(columns, GENERIC_KEYS, ("prompt", "output"), where or "columns",
+                         "missing: the column holding the token count")
+    return _read(path, columns, "generic")
+
+
+def check_column_mapping(columns: object, allowed: tuple, required: tuple, where: str, missing: str) -> None:
+    """A generic reader's column mapping (request traces and measured logs alike): a mapping of
+    ``allowed`` keys to column names, every ``required`` key present (else ``missing``), and
+    ``time_unit`` one of :data:`TIME_UNITS`."""
     if not isinstance(columns, dict):
-        raise SimbatchError(where, f"expected a mapping of {', '.join(GENERIC_KEYS)}, got {columns!r}")
+        raise SimbatchError(where, f"expected a mapping of {', '.join(allowed)}, got {columns!r}")
     for key, value in columns.items():
-        if key not in GENERIC_KEYS:
-            raise SimbatchError(f"{where}.{key}", f"unknown key; allowed: {', '.join(GENERIC_KEYS)}")
+        if key not in allowed:
+            raise SimbatchError(f"{where}.{key}", f"unknown key; allowed: {', '.join(allowed)}")
         if not isinstance(value, str) or not value:
             raise SimbatchError(f"{where}.{key}", f"expected a column name, got {value!r}")
-    for key in ("prompt", "output"):
+    for key in required:
         if key not in columns:
-            raise SimbatchError(f"{where}.{key}", "missing: the column holding the token count")
+            raise SimbatchError(f"{where}.{key}", missing)
     if columns.get("time_unit", "s") not in TIME_UNITS:
         raise SimbatchError(f"{where}.time_unit", f"expected one of {', '.join(TIME_UNITS)}, "
                             f"got {columns['time_unit']!r}")
-    return _read(path, columns, "generic")
 
 
 def read_trace(path: str | Path, fmt: str | None = None, columns: dict | None = None,
