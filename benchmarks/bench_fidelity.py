@@ -11,6 +11,9 @@ which error each one moved:
   +overhead   the engine's per-step, per-sequence and per-token time
   +memory     + the memory the engine holds back from the KV cache by its own sizing rule
   +front end  + the per-request front-end latency (the whole preset)
+  +pull       disaggregated scenarios with ``transfer: pull`` only: the decode instance
+              takes each prompt's KV between its steps, under its waiting-blocks limit,
+              and each copy stalls its decoding (DistServe); the stages before push
 
 Targets: TTFT p50/p90 and TPOT p50/p90 within 15 % and attainment within 0.08
 on every log, with one set of engine parameters per system, fitted only on the
@@ -34,7 +37,7 @@ SYSTEMS = {
     "vllm": ("vllm_opt13b_a100.yaml", "vllm-*.exp", lambda rate: rate <= 2.0),
     "distserve": ("distserve_opt13b_a100.yaml", "distserve-*.exp", lambda rate: rate <= 4.5),
 }
-STAGES = ("before", "+overhead", "+memory", "+front end")
+STAGES = ("before", "+overhead", "+memory", "+front end", "+pull")
 METRICS = (("ttft_p50", "TTFT p50"), ("ttft_p90", "TTFT p90"), ("tpot_p50", "TPOT p50"), ("tpot_p90", "TPOT p90"))
 TOLERANCE, ATTAINMENT_TOLERANCE = 0.15, 0.08
 
@@ -44,19 +47,28 @@ def stage_engine(full: dict, stage: str) -> dict:
     if stage == "before":
         return {"preset": "none"}
     engine = {"preset": "none", **{k: full[k] for k in ("step_s", "per_seq_s", "per_token_s")}}
-    if stage in ("+memory", "+front end"):
+    if stage in ("+memory", "+front end", "+pull"):
         engine.update({k: full[k] for k in ("profile_activations", "non_torch_gib", "reserve_fraction")})
-    if stage == "+front end":
+    if stage in ("+front end", "+pull"):
         engine["request_s"] = full["request_s"]
     return engine
 
 
-def evaluate(scenario, runs, engine: dict) -> list[dict]:
+def stage_stages(scenario) -> tuple[str, ...]:
+    """The stages that apply: ``+pull`` only where the scenario pulls its transfers."""
+    pulls = scenario.is_disaggregated and scenario.disaggregation.transfer.mode == "pull"
+    return STAGES if pulls else STAGES[:-1]
+
+
+def evaluate(scenario, runs, engine: dict, stage: str) -> list[dict]:
     """Per log: measured and predicted metrics and attainment (validate --against's numbers)."""
     from simbatch.scenario import from_dict
     from simbatch.validation.against import validate_runs
 
-    sc = from_dict({**scenario.data, "engine": engine}, scenario.source, scenario.base_dir)
+    data = {**scenario.data, "engine": engine}
+    if scenario.is_disaggregated and stage != "+pull":  # the transfer rule is the last stage
+        data["disaggregation"] = {**data["disaggregation"], "transfer": "push"}
+    sc = from_dict(data, scenario.source, scenario.base_dir)
     result = validate_runs(sc, runs, [r.source for r in runs])
     return [v.errors for v in result.logs]
 
@@ -110,8 +122,8 @@ def main() -> int:
         print(f"{system}: {scenario.data['model']} on {scenario.data['hardware']}, engine "
               + ", ".join(f"{k} {v}" for k, v in full.items()))
         fitted = {Path(r.source).name for r in fit_runs}
-        for stage in STAGES:
-            print_stage(system, stage, evaluate(scenario, runs, stage_engine(full, stage)), fitted)
+        for stage in stage_stages(scenario):
+            print_stage(system, stage, evaluate(scenario, runs, stage_engine(full, stage), stage), fitted)
     return 0
 
 

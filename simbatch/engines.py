@@ -70,7 +70,7 @@ PRESETS: dict[str, dict] = {
     # decode instance; fitted the same way on its 3 and 4.5 req/s runs (OPT-13B,
     # prefill TP2 + decode TP1), checked on 6-12 req/s. Its workers profile nothing:
     # they hold back the weights and 1 % of the total memory (distserve/worker.py).
-    "distserve": {"step_s": 4.33e-3, "per_seq_s": 1.81e-4, "per_token_s": 8.35e-6, "request_s": 1.13e-2,
+    "distserve": {"step_s": 4.52e-3, "per_seq_s": 1.70e-4, "per_token_s": 8.81e-6, "request_s": 1.10e-2,
                   "reserve_fraction": 0.01},
 }
 

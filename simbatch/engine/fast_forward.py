@@ -85,6 +85,8 @@ def decode_run(replica):
             break
         if env.now >= replica.control_at:
             break  # a controller may turn a knob at this boundary
+        if replica.inbox is not None and replica.inbox.ready(replica):
+            break  # the loop takes a transfer before the next step
     return done
 
 

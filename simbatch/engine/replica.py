@@ -24,6 +24,10 @@ from simbatch.sequence import FINISHED, Sequence
 class Replica:
     """Runs one policy over one backend, recording into a shared :class:`EventLog`."""
 
+    # Work the replica's own loop does between steps, blocking them: a disaggregated decode
+    # replica's PullInbox (transfer: pull). None: nothing.
+    inbox = None
+
     def __init__(self, env: simpy.Environment, index: int, policy: Policy,
                  backend: CostModel, log: EventLog, seqs: list[Sequence | None],
                  fast_forward: bool = True):
@@ -61,6 +65,8 @@ class Replica:
         while True:
             if env.now >= self.control_at:
                 control_tick(self, env.now)
+            if self.inbox is not None and self.inbox.ready(self):
+                yield from self.inbox.pull(self)
             if self.fast_forward:
                 if policy.steady_decode():
                     if (yield from steady_run(self)):

@@ -167,7 +167,7 @@ def run_pools(scenario: Scenario, fast_forward: bool = True) -> tuple[RunResult,
                                                                         fast_forward, model.max_context)
     decode_limits = serve_limits(decode)
     handoff = Handoff(env, log, seqs, workload.output_tokens.tolist(), decode, decode_router, decode_limits,
-                      dis.link, model.kv_bytes_per_token, link_lanes(prefill, decode, pools))
+                      dis.link, model.kv_bytes_per_token, link_lanes(prefill, decode, pools), dis.transfer)
     for r in prefill:
         r.handoff = handoff
     env.process(dispatch_prefill(env, workload, prefill, decode_limits, seqs, log, prefill_router,
@@ -181,7 +181,8 @@ def run_pools(scenario: Scenario, fast_forward: bool = True) -> tuple[RunResult,
 
 def describe(dis, pools: list[PoolSetup]) -> dict:
     """What the two pools and the link are, for ``summary.json``'s ``disaggregation`` section."""
-    out = {"link": dis.link.describe(), "gpus": sum(p.count * p.tensor_parallel for p in pools)}
+    out = {"link": dis.link.describe(), "transfer": dis.transfer.describe(),
+           "gpus": sum(p.count * p.tensor_parallel for p in pools)}
     for p in pools:
         out[p.pool] = {"replicas": p.count, "tensor_parallel": p.tensor_parallel, "hardware": p.gpu.name,
                        "policy": p.policy_cls.kind, "router": p.router, "kv_blocks": p.kv_blocks}

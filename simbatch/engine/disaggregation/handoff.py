@@ -22,16 +22,21 @@ Decisions (docs/policies.md, "Prefill/decode disaggregation"):
   step. A tensor-parallel replica holds 1/TP of it per GPU; the shards travel
   over min(prefill TP, decode TP) GPU links in parallel.
 - **Memory.** The prefill replica keeps the request's KV blocks until its
-  transfer ends (they are the transfer's source), then frees them. A
-  transferred request waiting in the decode queue holds no decode KV (its
-  blocks are taken at admission, like any request's; where the bytes wait
-  meanwhile, e.g. host memory as in Mooncake's store, is not modelled).
+  transfer ends (they are the transfer's source), then frees them. Under
+  ``push`` a transferred request waiting in the decode queue holds no decode
+  KV (its blocks are taken at admission, like any request's; where the bytes
+  wait meanwhile, e.g. host memory as in Mooncake's store, is not modelled).
+- **Push or pull** (``disaggregation.transfer``). ``push`` sends as soon as
+  the first token is out, overlapping the decode replica's steps. ``pull``
+  (DistServe) leaves the request in the decode replica's :class:`PullInbox`,
+  which that replica empties between its own steps, each copy blocking them.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from collections import deque
 
 from simbatch.engine.replica import Replica
 from simbatch.kvcache import KVCache
@@ -61,7 +66,13 @@ class PrefillReplica(Replica):
 
 
 class DecodeReplica(Replica):
-    """A decode-pool replica: records when each transferred request's first step here starts."""
+    """A decode-pool replica: records when each transferred request's first step here starts;
+    under ``transfer: pull`` its :class:`PullInbox` holds the requests it has yet to take."""
+
+    def wake(self) -> None:
+        """Wake the replica if it idles."""
+        if not self.wakeup.triggered:
+            self.wakeup.succeed()
 
     def emit(self, seq: Sequence, step: int, end: float, extends: bool) -> None:
         if seq.num_generated == 1 and math.isnan(self.log.decode_start_s[seq.id]):
@@ -75,11 +86,14 @@ class DecodeKVCache(KVCache):
     """A decode replica's KV cache. Its queue holds requests whose prompt was computed elsewhere;
     to the policies' admission (which counts a waiting request's tokens to compute as
     ``num_tokens`` minus its cached prefix) the transferred prompt is such a prefix: present,
-    held by no other request, so admission takes the blocks for it and computes one token."""
+    and held by no other request, so admission takes the blocks for it and computes one token.
+    A pulled request (``transfer: pull``) already holds its prompt's blocks while it waits;
+    admission then takes only what its first decode token adds."""
 
     def match(self, seq: Sequence) -> tuple[int, int]:
         hit, held = super().match(seq)
-        return max(hit, seq.num_computed), held  # num_computed is 0 after a preemption: recompute
+        # num_computed is 0 after a preemption (recompute), and the blocks were freed with it
+        return max(hit, seq.num_computed), held + seq.num_blocks
 
 
 def decode_sequence(prefilled: Sequence, output_tokens: int) -> Sequence:
@@ -100,12 +114,16 @@ class Handoff:
     """
 
     def __init__(self, env, log, seqs, output_tokens: list[int], decode: list[DecodeReplica], router,
-                 decode_limits: list[float], link, kv_bytes_per_token: float, lanes):
+                 decode_limits: list[float], link, kv_bytes_per_token: float, lanes, transfer=None):
         self.env, self.log, self.seqs = env, log, seqs
         self.output_tokens = output_tokens
         self.decode, self.router, self.decode_limits = decode, router, decode_limits
         self.link, self.kv_bytes_per_token, self.lanes = link, kv_bytes_per_token, lanes
         self.link_free_at: dict[int, float] = {}  # prefill replica index -> when its link is next free
+        self.pull = transfer is not None and transfer.mode == "pull"
+        if self.pull:
+            for r in decode:
+                r.inbox = PullInbox(self, transfer.max_waiting_share)
 
     def prefilled(self, replica: PrefillReplica, seq: Sequence, end: float) -> None:
         """``seq`` emitted its first token on ``replica`` at ``end``."""
@@ -125,13 +143,24 @@ class Handoff:
         seq.prefix = None
         nxt = decode_sequence(seq, output)
         target = self.pick_decode(nxt, end)
-        nbytes = seq.prompt_tokens * self.kv_bytes_per_token
-        start = max(end, self.link_free_at.get(replica.index, 0.0))
-        done = start + self.link.transfer_seconds(nbytes, self.lanes[(replica.index, target.index)])
-        self.link_free_at[replica.index] = done
         log.decode_replica[rid] = target.index
-        log.transfer_start_s[rid], log.transfer_end_s[rid], log.kv_bytes[rid] = start, done, nbytes
+        if self.pull:  # the decode replica takes it between its steps (PullInbox)
+            target.inbox.offer(replica, hold, nxt)
+            target.wake()
+            return
+        start, done = self.book_link(replica, target, nxt, end)
         self.env.process(self.transfer(replica, hold, target, nxt, done))
+
+    def book_link(self, source: PrefillReplica, target: DecodeReplica, seq: Sequence, now: float):
+        """Reserve ``source``'s outgoing link for ``seq``'s prompt KV from ``now`` on (behind the
+        transfers already booked on it); log and return (start, end) of the transfer."""
+        nbytes = seq.prompt_tokens * self.kv_bytes_per_token
+        start = max(now, self.link_free_at.get(source.index, 0.0))
+        done = start + self.link.transfer_seconds(nbytes, self.lanes[(source.index, target.index)])
+        self.link_free_at[source.index] = done
+        log = self.log
+        log.transfer_start_s[seq.id], log.transfer_end_s[seq.id], log.kv_bytes[seq.id] = start, done, nbytes
+        return start, done
 
     def pick_decode(self, seq: Sequence, now: float) -> DecodeReplica:
         """The decode replica ``seq`` goes to, among those that can serve it (the dispatcher
@@ -148,3 +177,48 @@ class Handoff:
         source.release(hold)
         self.seqs[seq.id] = seq
         target.submit(seq)
+
+
+class PullInbox:
+    """A decode replica's requests whose prefill is done and whose KV still sits on the prefill
+    replica, under ``transfer: pull`` (DistServe's decode instance: ``distserve/
+    decoding_stage_scheduler.py``, ``post_process``, and ``single_stage_engine.py``, ``_step``).
+
+    After each of its steps (and when idle) the decode replica takes requests from the head of
+    this queue, first come first served, while the prompt blocks its waiting queue already holds
+    are under ``max_waiting_share`` of its blocks and the head's prompt blocks are free. Taking
+    one allocates those blocks, then copies the KV over the link *in the replica's own loop*:
+    the copy is awaited before the next step starts, so migrations stall decoding. When the
+    copy ends, the prefill replica frees its blocks and the request joins the decode queue.
+    """
+
+    def __init__(self, handoff: Handoff, max_waiting_share: float):
+        self.handoff = handoff
+        self.max_waiting_share = max_waiting_share
+        self.queue: deque = deque()  # (source prefill replica, its block holder, decode Sequence)
+
+    def offer(self, source: PrefillReplica, hold: Sequence, seq: Sequence) -> None:
+        """A finished prefill asks to be taken."""
+        self.queue.append((source, hold, seq))
+
+    def ready(self, replica: DecodeReplica) -> bool:
+        """Whether the head may be taken now (the class docstring's rule)."""
+        if not self.queue:
+            return False
+        kv = replica.policy.kv
+        waiting = sum(s.num_blocks for s in replica.policy.waiting)
+        if waiting >= self.max_waiting_share * kv.num_blocks:
+            return False
+        return kv.blocks_for(self.queue[0][2].prompt_tokens) <= kv.num_free
+
+    def pull(self, replica: DecodeReplica):
+        """SimPy sub-process: take every request the rule allows, one copy after another."""
+        handoff, env, kv = self.handoff, replica.env, replica.policy.kv
+        while self.ready(replica):
+            source, hold, seq = self.queue.popleft()
+            kv.allocate(seq, kv.blocks_for(seq.prompt_tokens))
+            _, done = handoff.book_link(source, replica, seq, env.now)
+            yield env.timeout(done - env.now)
+            source.release(hold)
+            handoff.seqs[seq.id] = seq
+            replica.policy.add(seq, env.now)

@@ -5,6 +5,7 @@ disaggregation:
   prefill: {replicas: 2, tensor_parallel: 1, hardware: h100-sxm, policy: {...}, cost_model: {...}, router: ...}
   decode:  {replicas: 2, policy: {kind: continuous, max_num_seqs: 256}}
   link: nvlink | pcie | infiniband | {bandwidth_gbps: 200, latency_us: 5}
+  transfer: push               # or pull, or {mode: pull, max_waiting_share: 0.05} (DistServe)
   router: round_robin          # both pools, unless a pool names its own
   enabled: true                # false: the scenario's `cluster` serves (colocated)
   layouts: [colocated, disaggregated]   # what `simbatch compare` puts side by side
@@ -22,6 +23,7 @@ from simbatch.params import parse_params, require
 from simbatch.policies import parse_policy
 
 LAYOUTS = ("colocated", "disaggregated")
+TRANSFER_MODES = ("push", "pull")
 POOLS = ("prefill", "decode")
 # Pools need iteration-level admission: a padded batch cannot take a request whose
 # prompt is already computed, nor hand one over at its first token.
@@ -51,6 +53,31 @@ class PoolParams:
 
 
 @dataclass(frozen=True)
+class TransferParams:
+    """How a prompt's KV reaches the decode pool (docs/policies.md, "KV transfer").
+
+    ``push``: the prefill replica sends it as soon as the first token is out, over its link,
+    while the decode replica goes on stepping (Splitwise, vLLM's KV connectors). ``pull``:
+    the decode replica takes finished prefills between its own steps, while the prompt blocks
+    waiting in its queue are under ``max_waiting_share`` of its blocks and the head's blocks
+    are free, and waits for each copy before its next step (DistServe's decode instance;
+    ``distserve/decoding_stage_scheduler.py``, ``waiting_block_prop_threshold`` 0.05).
+    """
+
+    mode: str = "push"
+    max_waiting_share: float = 0.05
+
+    def __post_init__(self):
+        require(self.mode in TRANSFER_MODES, "mode",
+                f"unknown mode {self.mode!r}; allowed: {', '.join(TRANSFER_MODES)}")
+        require(0 < self.max_waiting_share <= 1, "max_waiting_share", "must be in (0, 1]")
+
+    def describe(self) -> dict:
+        """For ``summary.json``."""
+        return {"mode": self.mode, **({"max_waiting_share": self.max_waiting_share} if self.mode == "pull" else {})}
+
+
+@dataclass(frozen=True)
 class DisaggregationParams:
     """The checked section; ``prefill`` / ``decode`` are :class:`PoolParams`, ``link`` a :class:`Link`."""
 
@@ -60,6 +87,7 @@ class DisaggregationParams:
     prefill: PoolParams = field(default_factory=PoolParams)
     decode: PoolParams = field(default_factory=PoolParams)
     link: Link | None = None
+    transfer: TransferParams = field(default_factory=TransferParams)
 
     def __post_init__(self):
         require(self.router in ROUTERS, "router", f"unknown router {self.router!r}; allowed: {', '.join(ROUTERS)}")
@@ -112,9 +140,16 @@ def parse_disaggregation(values, base_policy: dict, source: str) -> Disaggregati
         raise SimbatchError(f"{where}.link", "missing (required): a preset (nvlink, pcie, infiniband, ...) "
                                              "or {bandwidth_gbps, latency_us}")
     link = get_link(values.pop("link"), f"{where}.link")
+    transfer = values.pop("transfer", None)
+    if isinstance(transfer, str):
+        transfer = {"mode": transfer}
+    if transfer is not None and not isinstance(transfer, dict):
+        raise SimbatchError(f"{where}.transfer", f"expected push, pull or {{mode: pull, max_waiting_share: 0.05}}, "
+                                                 f"got {transfer!r}")
+    transfer = parse_params(TransferParams, transfer, f"{where}.transfer")
     params = parse_params(DisaggregationParams, values, where)
     params = DisaggregationParams(params.enabled, params.router, params.layouts, pools["prefill"],
-                                  pools["decode"], link)
+                                  pools["decode"], link, transfer)
     if params.enabled:
         check_pool_policies(params, base_policy, source)
     return params
