@@ -109,24 +109,24 @@ class EngineParams:
         """Every field, for ``summary.json``."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
-    def reserved_bytes(self, model: ModelSpec, tensor_parallel: int, policy: dict | None,
+    def reserved_bytes(self, model: ModelSpec, tensor_parallel: int, policy,
                        gpu_memory_bytes: float) -> float:
         """Bytes per GPU held back from the KV cache (module docstring), for a replica
-        running ``policy`` (its ``max_num_batched_tokens`` / ``max_num_seqs`` size the
-        profiling pass; a policy without them profiles nothing) on a GPU of
-        ``gpu_memory_bytes``."""
+        running a policy with parameters ``policy`` (its step budget and ``max_num_seqs``
+        size the profiling pass; a policy without a budget profiles only its sampler) on a
+        GPU of ``gpu_memory_bytes``."""
         held = self.non_torch_gib * GiB + self.reserve_fraction * gpu_memory_bytes
         if self.profile_activations:
             held += profiling_peak_bytes(model, tensor_parallel, *profiling_shape(policy))
         return held
 
 
-def profiling_shape(policy: dict | None) -> tuple[int, int]:
-    """(tokens, sequences) of the start-up dummy pass for a policy spec (vLLM: the step
-    budget over ``max_num_seqs`` sequences; padded batches: the batch at its context)."""
-    p = policy or {}
-    tokens = p.get("max_num_batched_tokens") or p.get("chunk_size") or 0
-    seqs = p.get("max_num_seqs") or p.get("batch_size") or p.get("max_batch_size") or 0
+def profiling_shape(policy) -> tuple[int, int]:
+    """(tokens, sequences) of the start-up dummy pass for a policy's parameters (vLLM: the
+    step budget over ``max_num_seqs`` sequences; padded batches: their batch size)."""
+    tokens = getattr(policy, "budget", None) or getattr(policy, "max_num_batched_tokens", None) or 0
+    seqs = next((v for v in (getattr(policy, k, None) for k in ("max_num_seqs", "batch_size", "max_batch_size"))
+                 if v), 0)
     return int(tokens), int(seqs)
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from simbatch.policies import parse_policy
 from simbatch import load_scenario, run
 from simbatch.cli import main
 from simbatch.costmodel import build_cost_model
@@ -31,7 +32,8 @@ def test_a_preset_sets_every_term_and_fields_override_it():
     assert parse_engine("distserve", "engine").preset == "distserve"
     none = parse_engine(None, "engine")
     assert not none.has_overhead and none.overhead_params() == {}
-    assert none.reserved_bytes(get_model("opt-13b"), 1, {"max_num_batched_tokens": 16384}, 80 * 2**30) == 0
+    _, params = parse_policy({"kind": "continuous", "max_num_batched_tokens": 16384})
+    assert none.reserved_bytes(get_model("opt-13b"), 1, params, 80 * 2**30) == 0
 
 
 @pytest.mark.parametrize("spec, where, cause", [

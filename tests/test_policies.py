@@ -195,6 +195,35 @@ def test_chunked_prefill_budget_defaults_to_chunk_size():
     assert [p.num_prefill_tokens for p in sim.backend.plans[:8]] == [128] * 7 + [104]
 
 
+def test_chunked_prefill_defaults_to_vllm_v1s_budget_without_a_per_request_cap():
+    # vLLM v1's API server on an A100: max_num_batched_tokens 2048, long_prefill_token_threshold 0.
+    sim = simulate_policy("chunked_prefill", {}, [(0.0, 3000, 3), (0.0, 500, 3)])
+    first, second = sim.backend.plans[:2]
+    assert first.num_new_tokens == [2048] and first.request_ids == [0]  # one request takes the budget
+    assert second.num_prefill_tokens == 952 + 500  # the rest of it, then the next prompt whole
+
+
+def test_long_prefill_token_threshold_caps_one_requests_chunk_not_the_step():
+    sim = simulate_policy("chunked_prefill", {"long_prefill_token_threshold": 512},
+                          [(0.0, 1000, 3), (0.0, 1000, 3), (0.0, 1000, 3), (0.0, 1000, 3), (0.0, 1000, 3)])
+    first = sim.backend.plans[0]
+    assert first.num_new_tokens == [512, 512, 512, 512] and first.num_batched_tokens == 2048
+    assert all(n <= 512 for p in sim.backend.plans for n in p.num_new_tokens)
+    assert (sim.log.num_emitted == 3).all()
+
+
+def test_chunk_size_is_an_alias_of_the_threshold_and_refuses_both():
+    from simbatch.errors import SimbatchError
+    from simbatch.policies import parse_policy
+
+    _, alias = parse_policy({"kind": "chunked_prefill", "chunk_size": 256, "max_num_batched_tokens": 1024})
+    _, named = parse_policy({"kind": "chunked_prefill", "long_prefill_token_threshold": 256,
+                             "max_num_batched_tokens": 1024})
+    assert alias.chunk_cap == named.chunk_cap == 256 and alias.budget == named.budget == 1024
+    with pytest.raises(SimbatchError, match="policy.chunk_size: is an alias of long_prefill_token_threshold"):
+        parse_policy({"kind": "chunked_prefill", "chunk_size": 256, "long_prefill_token_threshold": 128})
+
+
 def test_request_larger_than_kv_cache_fails_loudly_instead_of_looping():
     with pytest.raises(RuntimeError, match="needs more KV blocks than exist"):
         simulate_policy("continuous", {"watermark": 0.0}, [(0, 20, 30)], kv_blocks=2)

@@ -14,6 +14,7 @@ from simbatch.eventlog import EventLog
 from simbatch.hardware import GPUSpec, get_gpu
 from simbatch.kvcache import kv_capacity_blocks, reserved_tokens
 from simbatch.models import ModelSpec, get_model
+from simbatch.policies import parse_policy
 from simbatch.scenario import Scenario
 from simbatch.sequence import FINISHED, Sequence
 from simbatch.workload import Workload
@@ -90,7 +91,9 @@ def kv_blocks_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
     model that leaves no room for KV is a user error naming ``where``."""
     kv = scenario.kv_cache
     tp = tensor_parallel or scenario.cluster.tensor_parallel
-    reserved = scenario.engine.reserved_bytes(model, tp, policy or scenario.data["policy"], gpu.memory_bytes)
+    spec = policy or scenario.data["policy"]
+    _, params = parse_policy(spec, scenario.where("policy"))
+    reserved = scenario.engine.reserved_bytes(model, tp, params, gpu.memory_bytes)
     blocks = kv_capacity_blocks(
         gpu_memory_bytes=gpu.memory_bytes, weight_bytes=model.weight_bytes,
         kv_bytes_per_token=model.kv_bytes_per_token, tensor_parallel=tp,

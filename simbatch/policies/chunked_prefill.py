@@ -1,14 +1,27 @@
 """Chunked prefill: stall-free batching (Sarathi-Serve, vLLM's chunked prefill).
 
-Each step has a token budget (``max_num_batched_tokens``). Running decodes are
-scheduled first, one token each, so a long prompt never stalls them; what is
-left of the budget goes to prefill chunks of at most ``chunk_size`` tokens —
-first requests whose prefill is under way, then new ones from the queue, while
-``max_num_seqs`` and KV memory allow. Without an explicit budget the budget is
-``chunk_size`` (Sarathi-Serve's "token budget" is its chunk size). New requests
-come from the queue in ``queue_order`` (:mod:`simbatch.policies.queue_order`),
-except in a step that preempted a running request: as vLLM v1's scheduler
-(``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``: "if not
+Each step has a token budget (``max_num_batched_tokens``, default 2048: vLLM
+v1's default for its API server on an A100 or a smaller GPU; it gives 8192 on
+larger ones, ``vllm/engine/arg_utils.py``, ``EngineArgs._set_default_args``).
+Running decodes are scheduled first, one token each, so a long prompt never
+stalls them; what is left of the budget goes to prefill chunks, first to
+requests whose prefill is under way, then to new ones from the queue, while
+``max_num_seqs`` and KV memory allow. One request's chunk is at most
+``long_prefill_token_threshold`` tokens (vLLM v1's name; 0, the default: no
+cap but the budget). ``chunk_size``, Sarathi-Serve's name, is accepted as an
+alias for that cap, and without an explicit budget it is also the budget
+(Sarathi-Serve's "token budget" is its chunk size), so scenarios written for
+the earlier default keep their meaning.
+
+vLLM v1's scheduler (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``)
+walks its running requests in admission order, whether they decode or
+prefill; this one puts every decode before any chunk (Sarathi-Serve's rule).
+The two differ only when a partial prefill admitted earlier than some
+decoding request meets a budget too small for both.
+
+New requests come from the queue in ``queue_order``
+(:mod:`simbatch.policies.queue_order`), except in a step that preempted a
+running request: as vLLM v1's ``Scheduler.schedule`` ("if not
 preempted_reqs"), such a step admits nobody, so memory freed by a preemption
 is not handed straight to a newcomer that would soon be preempted in turn.
 """
@@ -22,22 +35,30 @@ from simbatch.plan import StepPlan
 from simbatch.policies.iteration import IterationParams, IterationPolicy
 from simbatch.sequence import RUNNING, Sequence
 
+DEFAULT_BUDGET = 2048  # vLLM v1's API-server max_num_batched_tokens on A100-class GPUs
+
 
 @dataclass(frozen=True)
 class ChunkedPrefillParams(IterationParams):
-    """vLLM's knob names; the budget defaults to ``chunk_size``."""
+    """vLLM v1's knob names (module docstring); ``chunk_size`` is an alias of
+    ``long_prefill_token_threshold`` that also sets the budget when it is not given."""
 
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None
-    chunk_size: int = 512
+    long_prefill_token_threshold: int = 0
+    chunk_size: int | None = None
     watermark: float = 0.01
 
     def __post_init__(self):
         require(self.max_num_seqs >= 1, "max_num_seqs", "must be >= 1")
-        require(self.chunk_size >= 1, "chunk_size", "must be >= 1")
+        require(self.long_prefill_token_threshold >= 0, "long_prefill_token_threshold", "must be >= 0 (0: no cap)")
+        if self.chunk_size is not None:
+            require(self.chunk_size >= 1, "chunk_size", "must be >= 1")
+            require(not self.long_prefill_token_threshold, "chunk_size",
+                    "is an alias of long_prefill_token_threshold: give one of them")
         require(0 <= self.watermark < 1, "watermark", "must be in [0, 1)")
         if self.max_num_batched_tokens is None:
-            object.__setattr__(self, "max_num_batched_tokens", self.chunk_size)
+            object.__setattr__(self, "max_num_batched_tokens", self.chunk_size or DEFAULT_BUDGET)
         require(self.max_num_batched_tokens >= 1, "max_num_batched_tokens", "must be >= 1")
         self.check_shared()
 
@@ -45,6 +66,11 @@ class ChunkedPrefillParams(IterationParams):
     def budget(self) -> int:
         """Tokens one step may compute."""
         return int(self.max_num_batched_tokens)
+
+    @property
+    def chunk_cap(self) -> int:
+        """Most tokens one request's chunk may take (the budget when nothing caps it)."""
+        return self.long_prefill_token_threshold or self.chunk_size or self.budget
 
 
 class ChunkedPrefillPolicy(IterationPolicy):
@@ -127,7 +153,7 @@ class ChunkedPrefillPolicy(IterationPolicy):
         return self.params.budget - len(self.running)
 
     def admission_tokens(self, seq: Sequence, hit: int = 0) -> int:
-        return min(seq.num_tokens - hit, self.params.chunk_size, self.prefill_room())
+        return min(seq.num_tokens - hit, self.params.chunk_cap, self.prefill_room())
 
     def take_running(self, seqs: list[Sequence], budget: int, decoding: bool,
                      protected: frozenset[int] = frozenset()) -> tuple[list[tuple[Sequence, int]], int]:
@@ -139,7 +165,7 @@ class ChunkedPrefillPolicy(IterationPolicy):
                 break
             if seq.status != RUNNING:
                 continue  # preempted a moment ago
-            n = 1 if decoding else min(seq.num_remaining, self.params.chunk_size, budget)
+            n = 1 if decoding else min(seq.num_remaining, self.params.chunk_cap, budget)
             # Only call into the allocator when the tokens overflow the blocks held.
             if seq.num_computed + n > seq.num_blocks * block_size and not self.may_grow(seq, n, protected):
                 continue
@@ -162,7 +188,7 @@ class ChunkedPrefillPolicy(IterationPolicy):
         while self.waiting and budget > 0 and len(self.running) < self.params.max_num_seqs:
             seq = self.waiting[0]
             match = kv.match(seq)
-            n = min(seq.num_tokens - match[0], self.params.chunk_size, budget)
+            n = min(seq.num_tokens - match[0], self.params.chunk_cap, budget)
             if not self.may_admit(seq, n, reserve, match):
                 break
             taken.append((seq, n))
