@@ -60,6 +60,9 @@ class KVCache:
     """Block accounting for one replica (counts only: which block holds what is not needed yet)."""
 
     prefix_caching = False  # True in simbatch.prefix_cache.PrefixKVCache
+    # Told the id of every request whose blocks are freed (it finished, or was preempted for
+    # recompute), so a real backend frees its own cache too; None in simulations.
+    on_free = None
 
     def __init__(self, num_blocks: int, block_size: int = 16, mode: str = "paged",
                  reserve: str = "oracle", max_tokens: int = 0):
@@ -114,6 +117,8 @@ class KVCache:
         """Return every block ``seq`` holds."""
         self.num_used -= seq.num_blocks
         seq.num_blocks = 0
+        if self.on_free is not None:
+            self.on_free(seq.id)
 
     # Admission hooks: a waiting request (no blocks, nothing computed) is matched
     # against cached prefixes, checked, claimed, and its full blocks committed.

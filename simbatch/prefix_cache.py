@@ -254,6 +254,8 @@ class PrefixKVCache(KVCache):
                 lru[key] = None
                 self.num_used -= 1
         seq.num_blocks = seq.num_cached_blocks = 0
+        if self.on_free is not None:
+            self.on_free(seq.id)
 
     def check(self, holders: list[Sequence]) -> None:
         """Assert the accounting invariants given every request holding blocks (for tests)."""

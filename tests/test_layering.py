@@ -19,6 +19,7 @@ FORBIDDEN = (
     ("simbatch.backends", "simbatch.validation"),
     ("simbatch.engine", "simbatch.validation"),
     ("simbatch.engine", "simbatch.calibrate"),
+    ("simbatch.calibrate", "simbatch.validation"),
     ("simbatch.policies", "simbatch.engine"),
     ("simbatch.costmodel", "simbatch.engine"),
     ("simbatch.costmodel", "simbatch.calibrate"),

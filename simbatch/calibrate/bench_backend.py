@@ -162,9 +162,8 @@ def bench_engine_overhead(backend, spec: ModelSpec, seed: int,
                           progress: Callable[[str], None] = lambda _: None) -> list[dict]:
     """``step_overhead`` rows: the engine's time between steps by running requests, from a
     wall-clock run of the real engine (continuous batching) on this backend."""
-    from simbatch.hardware import get_gpu
     from simbatch.scenario import from_dict
-    from simbatch.validation.realtime import run_realtime
+    from simbatch.engine.realtime import run_realtime
     from simbatch.workload import build_workload
 
     data = {"name": "calibrate_engine", "workload": {"requests": engine_workload(seed, spec.max_context)},
@@ -174,7 +173,7 @@ def bench_engine_overhead(backend, spec: ModelSpec, seed: int,
     scenario = from_dict(data, "calibrate")
     workload = build_workload(data["workload"], base_dir=scenario.base_dir, seed=seed, where="calibrate")
     start = time.perf_counter()
-    run_realtime(scenario, workload, spec, get_gpu("a100-80gb", "calibrate"), backend)
+    run_realtime(scenario, workload, backend)
     by_seqs: dict[int, list[float]] = {}
     for rec in backend.steps:
         by_seqs.setdefault(rec.plan.num_seqs, []).append(rec.schedule_s)

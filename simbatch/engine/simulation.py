@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
 import simpy
 
 from simbatch.control import attach_controller
@@ -24,7 +27,7 @@ from simbatch.policies import parse_policy
 from simbatch.prefix_cache import build_kv_cache
 from simbatch.scenario import Scenario
 from simbatch.sequence import Sequence
-from simbatch.workload import build_workload
+from simbatch.workload import Workload, build_workload
 
 
 def build_groups(scenario: Scenario, model: ModelSpec) -> list[ReplicaGroupSetup]:
@@ -41,14 +44,17 @@ def build_groups(scenario: Scenario, model: ModelSpec) -> list[ReplicaGroupSetup
 
 
 def build_replicas(env: simpy.Environment, scenario: Scenario, groups: list[ReplicaGroupSetup],
-                   log: EventLog, seqs: list, fast_forward: bool, max_context: int) -> tuple[list[Replica], object]:
-    """One Replica per replica (own KV cache and policy; a group shares its cost model) and the router."""
+                   log: EventLog, seqs: list, fast_forward: bool, max_context: int,
+                   on_free: Callable[[int], None] | None = None) -> tuple[list[Replica], object]:
+    """One Replica per replica (own KV cache and policy; a group shares its cost model) and the
+    router; ``on_free`` (a real backend's ``release``) hears every request whose blocks are freed."""
     router_cls = ROUTER_CLASSES[scenario.cluster.router]
     kv_params = scenario.kv_cache
     replicas = []
     for group in groups:
         for _ in range(group.count):
             kv = build_kv_cache(group.kv_blocks, kv_params, group.policy_cls, log, max_context)
+            kv.on_free = on_free
             policy = group.policy_cls(group.policy_params, kv, note=log.note)
             # Only a router that reads the step in flight pays for the clock's extra call per step.
             backend = StepClock(group.backend, env) if router_cls.needs_step_clock else group.backend
@@ -66,22 +72,45 @@ def simulate(scenario: Scenario, fast_forward: bool = True) -> RunResult:
     """
     if scenario.is_disaggregated:
         return simulate_disaggregated(scenario, fast_forward)
+    return run_cluster(scenario, fast_forward=fast_forward)[0]
+
+
+def run_cluster(scenario: Scenario, *, workload: Workload | None = None, env: simpy.Environment | None = None,
+                backend=None, kv_blocks: int | None = None, on_free: Callable[[int], None] | None = None,
+                before_run: Callable[[], None] | None = None,
+                fast_forward: bool = True) -> tuple[RunResult, list[Replica]]:
+    """The one builder of a colocated run, for simulation and both sides of a validation:
+    the scenario's replica groups, KV caches (prefix caches included), policies, controllers,
+    router and front end, then the run. Returns the result and the replicas as left at the end.
+
+    A validation overrides what differs between its sides: ``workload`` (built from the
+    scenario unless given), ``env`` (a wall-clock environment for a real run), ``backend``
+    (every replica's, instead of its group's cost model), ``kv_blocks`` (every replica's
+    capacity), ``on_free`` (see :func:`build_replicas`) and ``before_run`` (called right
+    before the clock starts).
+    """
     d = scenario.data
-    workload = build_workload(d["workload"], base_dir=scenario.base_dir, seed=scenario.seed,
-                              where=scenario.where("workload"))
+    if workload is None:
+        workload = build_workload(d["workload"], base_dir=scenario.base_dir, seed=scenario.seed,
+                                  where=scenario.where("workload"))
     model = get_model(d["model"], scenario.where("model"))
     groups = build_groups(scenario, model)
+    if backend is not None or kv_blocks is not None:
+        groups = [replace(g, backend=backend if backend is not None else g.backend,
+                          kv_blocks=kv_blocks if kv_blocks is not None else g.kv_blocks) for g in groups]
     check_requests_fit(workload, scenario, max(g.kv_blocks for g in groups), model)
     _, params = parse_policy(d["policy"], scenario.where("policy"))
 
     log = EventLog(len(workload), scenario.cluster.replicas)
     for note in workload.notes:
         log.note(note)
-    env = simpy.Environment()
+    env = env if env is not None else simpy.Environment()
     seqs: list[Sequence | None] = [None] * len(workload)
-    replicas, router = build_replicas(env, scenario, groups, log, seqs, fast_forward, model.max_context)
+    replicas, router = build_replicas(env, scenario, groups, log, seqs, fast_forward, model.max_context, on_free)
     env.process(dispatch(env, workload, replicas, seqs, log, router, scenario.engine.request_s))
+    if before_run is not None:
+        before_run()
     env.run()
     flush_unfinished(seqs, replicas, log)
     first = groups[0]
-    return RunResult(scenario, workload, log, model, first.gpu, first.backend, params, groups)
+    return RunResult(scenario, workload, log, model, first.gpu, first.backend, params, groups), replicas

@@ -10,15 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-import simpy
 
 from simbatch.engine.setup import RunResult
+from simbatch.engine.simulation import run_cluster
 from simbatch.errors import SimbatchError
 from simbatch.hardware import get_gpu
 from simbatch.models import get_model
 from simbatch.scenario import Scenario
 from simbatch.validation.compare import pair_steps, policy_validation
-from simbatch.validation.engine import run_engine
 from simbatch.workload import build_workload
 
 POLICY_ORDER = ("static", "dynamic", "continuous", "chunked_prefill")
@@ -97,17 +96,16 @@ def validate(scenario: Scenario, device: str = "cpu", policies: list[str] | None
 
 def validate_policy(scenario: Scenario, workload, model, gpu, backend, cost) -> PolicyValidation:
     """Measure, predict and compare one policy (``scenario`` already set to it)."""
-    from simbatch.validation.realtime import run_realtime
+    from simbatch.engine.realtime import run_realtime
 
     load_before = _load_average()
     start = time.perf_counter()
-    measured = to_output(run_realtime(scenario, workload, model, gpu, backend))
+    measured = to_output(run_realtime(scenario, workload, backend))
     wall = time.perf_counter() - start
     load = {"before": load_before, "after": _load_average()}
     pairs = pair_steps(backend.steps, cost)
     blocks = backend.pool.num_blocks
-    predicted = to_output(run_engine(scenario, workload, model, gpu, cost, simpy.Environment(), blocks,
-                                     fast_forward=True))
+    predicted = to_output(run_cluster(scenario, workload=workload, backend=cost, kv_blocks=blocks)[0])
     errors = policy_validation(pairs, measured.summary, predicted.summary)
     errors["load_average_1min"] = load  # other processes on the cores: the measured side's main noise
     return PolicyValidation(measured, predicted, pairs, errors, wall)
