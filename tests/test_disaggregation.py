@@ -168,9 +168,10 @@ def test_summary_section_and_request_columns_report_each_stage():
     assert out.summary["hardware"]["gpus"] == 4 and out.summary["hardware"]["replicas"] == 4
 
 
+@pytest.mark.parametrize("transfer", ["push", "pull"])
 @pytest.mark.parametrize("kind", ["continuous", "chunked_prefill"])
-def test_fast_path_gives_identical_results(kind):
-    data = scenario_data(decode={"replicas": 2, "hardware": small_gpu(16.5)})
+def test_fast_path_gives_identical_results(kind, transfer):
+    data = scenario_data(decode={"replicas": 2, "hardware": small_gpu(16.5)}, transfer=transfer)
     data["policy"] = {"kind": kind, "max_num_seqs": 64}
     sc = from_dict(data)
     fast, slow = simulate(sc).log, simulate(sc, fast_forward=False).log

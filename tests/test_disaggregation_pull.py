@@ -96,18 +96,6 @@ def test_pull_conserves_requests_tokens_and_kv_under_memory_pressure():
     assert all(not r.inbox.queue for r in replicas[1:])
 
 
-@pytest.mark.parametrize("kind", ["continuous", "chunked_prefill"])
-def test_fast_path_gives_identical_results_under_pull(kind):
-    data = pulled("pull", decode={"replicas": 2, "hardware": small_gpu(16.5)})
-    data["policy"] = {"kind": kind, "max_num_seqs": 64}
-    sc = from_dict(data)
-    fast, slow = simulate(sc).log, simulate(sc, fast_forward=False).log
-    for name in ("first_token_s", "finish_s", "transfer_start_s", "transfer_end_s", "decode_start_s"):
-        assert np.array_equal(getattr(fast, name), getattr(slow, name), equal_nan=True), name
-    for column, values in fast.step_table().items():
-        assert np.array_equal(values, slow.step_table()[column]), column
-
-
 def test_summary_names_the_transfer_mode():
     assert run(from_dict(pulled("pull"))).summary["disaggregation"]["transfer"] == {
         "mode": "pull", "max_waiting_share": 0.05}
