@@ -225,6 +225,11 @@ BAD = [
     ("  link: nvlink\n  layouts: [split]\n", 15, "disaggregation.layouts", "unknown layout"),
     ("  link: nvlink\n  pools: 2\n", 15, "disaggregation.pools", "unknown field"),
     ("  prefill: {replicas: 1}\n", 13, "disaggregation.link", "missing"),
+    ("  link: nvlink\n  transfer: teleport\n", 14, "disaggregation.transfer.mode", "unknown mode"),
+    ("  link: nvlink\n  transfer: {mode: pull, max_waiting_share: 0}\n", 14,
+     "disaggregation.transfer.max_waiting_share", "(0, 1]"),
+    ("  link: nvlink\n  transfer: {mode: pull, share: 0.1}\n", 14, "disaggregation.transfer.share", "unknown field"),
+    ("  link: nvlink\n  transfer: [pull]\n", 14, "disaggregation.transfer", "expected push, pull"),
 ]
 
 

@@ -2,10 +2,8 @@
 steps, under a waiting-blocks limit, and each copy stalls its decoding)."""
 
 import numpy as np
-import pytest
 
 from simbatch.api import run
-from simbatch.cli import main
 from simbatch.engine.disaggregation.build import run_pools
 from simbatch.engine.simulation import simulate
 from simbatch.scenario import from_dict
@@ -100,20 +98,3 @@ def test_summary_names_the_transfer_mode():
     assert run(from_dict(pulled("pull"))).summary["disaggregation"]["transfer"] == {
         "mode": "pull", "max_waiting_share": 0.05}
     assert run(from_dict(scenario_data())).summary["disaggregation"]["transfer"] == {"mode": "push"}
-
-
-@pytest.mark.parametrize("section, field, cause", [
-    ("  transfer: teleport\n", "disaggregation.transfer.mode", "unknown mode"),
-    ("  transfer: {mode: pull, max_waiting_share: 0}\n", "disaggregation.transfer.max_waiting_share", "(0, 1]"),
-    ("  transfer: {mode: pull, share: 0.1}\n", "disaggregation.transfer.share", "unknown field"),
-    ("  transfer: [pull]\n", "disaggregation.transfer", "expected push, pull"),
-])
-def test_bad_transfer_names_file_line_and_field(tmp_path, capsys, section, field, cause):
-    path = tmp_path / "s.yaml"
-    path.write_text("name: t\nworkload:\n  requests:\n    - {prompt: 10, output: 4}\nmodel: llama-2-7b\n"
-                    "hardware: a100-80gb\npolicy:\n  kind: continuous\ncluster:\n  replicas: 2\n"
-                    "slo: {ttft_ms: 500}\ndisaggregation:\n  link: nvlink\n" + section)
-    assert main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert f"{path}:14: {field}" in err and cause in err, err
-    assert not (tmp_path / "o").exists()
