@@ -56,6 +56,10 @@ class Replica:
     def submit(self, seq: Sequence) -> None:
         """Queue an arriving request and wake the replica if it is idle."""
         self.policy.add(seq, self.env.now)
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake the replica if it idles (a no-op while it steps)."""
         if not self.wakeup.triggered:
             self.wakeup.succeed()
 

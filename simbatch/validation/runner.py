@@ -88,13 +88,13 @@ def validate(scenario: Scenario, device: str = "cpu", policies: list[str] | None
     out = Validation(scenario, backend.describe(), cost.describe(), path, fresh, kv_note)
     for kind in kinds:
         progress(f"{kind}: running {len(workload)} requests on the torch backend ({backend.device})")
-        out.policies[kind] = validate_policy(scenario.with_policy(kind), workload, model, gpu, backend, cost)
+        out.policies[kind] = validate_policy(scenario.with_policy(kind), workload, backend, cost)
         e = out.policies[kind].errors
         progress(f"{kind}: {e['step_ape']['steps']} steps in {out.policies[kind].wall_s:.1f} s")
     return out
 
 
-def validate_policy(scenario: Scenario, workload, model, gpu, backend, cost) -> PolicyValidation:
+def validate_policy(scenario: Scenario, workload, backend, cost) -> PolicyValidation:
     """Measure, predict and compare one policy (``scenario`` already set to it)."""
     from simbatch.engine.realtime import run_realtime
 

@@ -61,18 +61,12 @@ class PrefillReplica(Replica):
         """A transfer ended: free its source blocks and wake the replica if it idles (its queue
         may have been waiting for them)."""
         self.policy.kv.free(hold)
-        if not self.wakeup.triggered:
-            self.wakeup.succeed()
+        self.wake()
 
 
 class DecodeReplica(Replica):
     """A decode-pool replica: records when each transferred request's first step here starts;
     under ``transfer: pull`` its :class:`PullInbox` holds the requests it has yet to take."""
-
-    def wake(self) -> None:
-        """Wake the replica if it idles."""
-        if not self.wakeup.triggered:
-            self.wakeup.succeed()
 
     def emit(self, seq: Sequence, step: int, end: float, extends: bool) -> None:
         if seq.num_generated == 1 and math.isnan(self.log.decode_start_s[seq.id]):
@@ -174,6 +168,10 @@ class Handoff:
     def transfer(self, source: PrefillReplica, hold: Sequence, target: DecodeReplica, seq: Sequence, done: float):
         """SimPy process: wait for the transfer to end, free the source blocks, queue the decode."""
         yield self.env.timeout(done - self.env.now)
+        self.deliver(source, hold, target, seq)
+
+    def deliver(self, source: PrefillReplica, hold: Sequence, target: DecodeReplica, seq: Sequence) -> None:
+        """A transfer ended: the prefill replica frees its blocks, the decode queue gets ``seq``."""
         source.release(hold)
         self.seqs[seq.id] = seq
         target.submit(seq)
@@ -219,6 +217,4 @@ class PullInbox:
             kv.allocate(seq, kv.blocks_for(seq.prompt_tokens))
             _, done = handoff.book_link(source, replica, seq, env.now)
             yield env.timeout(done - env.now)
-            source.release(hold)
-            handoff.seqs[seq.id] = seq
-            replica.policy.add(seq, env.now)
+            handoff.deliver(source, hold, replica, seq)

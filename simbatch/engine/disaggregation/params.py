@@ -54,7 +54,7 @@ class PoolParams:
 
 @dataclass(frozen=True)
 class TransferParams:
-    """How a prompt's KV reaches the decode pool (docs/policies.md, "KV transfer").
+    """How a prompt's KV reaches the decode pool (docs/policies.md, "Push or pull").
 
     ``push``: the prefill replica sends it as soon as the first token is out, over its link,
     while the decode replica goes on stepping (Splitwise, vLLM's KV connectors). ``pull``:
