@@ -182,3 +182,37 @@ def test_kv_pressure_preempts_the_newest_or_under_priority_the_least_important(k
     result = simulate(sc)
     assert [min(n, 1) for n in result.log.num_preemptions.tolist()] == preempted
     assert np.isfinite(result.log.finish_s).all()
+
+
+@pytest.mark.parametrize("kind, policy", [("continuous", {}), ("continuous", {"mix_prefill_decode": True}),
+                                          ("chunked_prefill", {"chunk_size": 256})])
+def test_a_request_preempted_while_its_step_is_planned_leaves_that_plan(kind, policy, monkeypatch):
+    # Under priority order a request that needs a block preempts the newest request of the
+    # least important class, which may be one planned earlier in the same step. vLLM v1
+    # takes it back out of the step (Scheduler.schedule, "if preempted_req in
+    # scheduled_running_reqs"); a plan must never compute tokens for a queued request.
+    from simbatch.policies import POLICIES
+    from simbatch.sequence import RUNNING
+
+    rng = np.random.default_rng(1)
+    arrivals = np.cumsum(rng.exponential(1 / 20, 200))
+    reqs = [{"arrival_s": float(a), "prompt": int(rng.integers(50, 1500)), "output": int(rng.integers(10, 400)),
+             "priority": int(rng.integers(0, 3))} for a in arrivals]
+    sc = from_dict({"workload": {"requests": reqs}, "model": "llama-2-7b", "hardware": "a100-40gb",
+                    "cost_model": {"kind": "roofline"}, "kv_cache": {"gpu_memory_utilization": 0.36},
+                    "policy": {"kind": kind, "max_num_seqs": 48, "queue_order": "priority", **policy}})
+    cls, planned_queued = POLICIES[kind], []
+    original = cls.schedule
+
+    def checked(self, now):
+        plan = original(self, now)
+        if plan is not None:
+            seqs = {s.id: s for s in self.running}
+            planned_queued.extend(r for r in plan.request_ids if r not in seqs or seqs[r].status != RUNNING)
+        return plan
+
+    monkeypatch.setattr(cls, "schedule", checked)
+    result = simulate(sc, fast_forward=False)
+    assert int(result.log.num_preemptions.sum()) > 20  # the case arises
+    assert planned_queued == []
+    assert np.isfinite(result.log.finish_s).all()

@@ -28,6 +28,20 @@ class Policy:
     steady_kind: ClassVar[str] = ""
     # True when the policy offers schedule_chunks (the fast path's mixed steps).
     mixes_chunks: ClassVar[bool] = False
+    # Whether the engine may fast-forward this policy (steady_decode, schedule_chunks,
+    # next_plan_reads_running). Never inherited: see __init_subclass__.
+    fast_path: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs):
+        # A fast-path promise covers the scheduling code written beside it. A subclass
+        # that changes any rule (schedule, admission, add, ...) would inherit a promise
+        # its own code may break, and the fast path would silently diverge from the
+        # step-by-step engine. So a class is fast-forwarded only when its own body
+        # says ``fast_path = True``; anything else runs step by step, which is always
+        # correct (docs/policies.md, "Writing a policy").
+        super().__init_subclass__(**kwargs)
+        if "fast_path" not in cls.__dict__:
+            cls.fast_path = False
 
     def __init__(self, params, kv: KVCache, note: Callable[[str], None] = lambda m: None):
         self.params = params
@@ -59,7 +73,8 @@ class Policy:
     def steady_decode(self) -> bool:
         """True when the next plan is "every running request decodes one token" and stays so
         until a request finishes, one arrives or KV blocks run short (the engine then may
-        fast-forward those steps). Policies that cannot promise it say False."""
+        fast-forward those steps). Policies that cannot promise it say False. Asked only
+        when the class declares ``fast_path = True``."""
         return False
 
     def next_plan_reads_running(self) -> bool:

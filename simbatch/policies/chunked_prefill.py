@@ -81,6 +81,8 @@ class ChunkedPrefillPolicy(IterationPolicy):
     # The engine's fast path may run the decodes lazily and ask only for the
     # chunks (schedule_chunks), since decodes never depend on the chunks.
     mixes_chunks = True
+    # steady_decode and schedule_chunks share schedule()'s code (head_admission, take_running)
+    fast_path = True
 
     def __init__(self, params, kv, note=lambda m: None):
         super().__init__(params, kv, note)
@@ -125,12 +127,9 @@ class ChunkedPrefillPolicy(IterationPolicy):
     def all_decoding(self) -> bool:
         return not self.prefilling
 
-    def may_admit(self, seq: Sequence, num_new: int, reserve: int = 0,
-                  match: tuple[int, int] = (0, 0)) -> bool:
-        if not super().may_admit(seq, num_new, reserve, match):
-            return False
+    def admit(self, seq: Sequence, num_new: int, match: tuple[int, int]) -> None:
+        super().admit(seq, num_new, match)
         self.prefilling.append(seq)
-        return True
 
     def preempt(self, seq: Sequence) -> None:
         super().preempt(seq)
@@ -152,8 +151,9 @@ class ChunkedPrefillPolicy(IterationPolicy):
         # What is left of the budget after every running decode's token.
         return self.params.budget - len(self.running)
 
-    def admission_tokens(self, seq: Sequence, hit: int = 0) -> int:
-        return min(seq.num_tokens - hit, self.params.chunk_cap, self.prefill_room())
+    def admission_tokens(self, seq: Sequence, hit: int, budget: int) -> int:
+        # A first chunk: what the prefix cache does not hold, within the cap and the budget.
+        return min(seq.num_tokens - hit, self.params.chunk_cap, budget)
 
     def take_running(self, seqs: list[Sequence], budget: int, decoding: bool,
                      protected: frozenset[int] = frozenset()) -> tuple[list[tuple[Sequence, int]], int]:
@@ -167,8 +167,15 @@ class ChunkedPrefillPolicy(IterationPolicy):
                 continue  # preempted a moment ago
             n = 1 if decoding else min(seq.num_remaining, self.params.chunk_cap, budget)
             # Only call into the allocator when the tokens overflow the blocks held.
-            if seq.num_computed + n > seq.num_blocks * block_size and not self.may_grow(seq, n, protected):
-                continue
+            if seq.num_computed + n > seq.num_blocks * block_size:
+                before = self.num_preempted
+                if not self.may_grow(seq, n, protected):
+                    break  # it was the victim itself: vLLM v1 plans no later one
+                if self.num_preempted != before and any(s.status != RUNNING for s, _ in taken):
+                    # a victim planned earlier in this pass (priority order) leaves the plan
+                    # and gives its tokens back, as in vLLM v1 (see ContinuousPolicy.grow_decodes)
+                    budget += sum(k for s, k in taken if s.status != RUNNING)
+                    taken = [(s, k) for s, k in taken if s.status == RUNNING]
             if not decoding:
                 self.kv.commit(seq, seq.num_computed + n)  # prefix cache: share its full blocks
             taken.append((seq, n))
@@ -177,20 +184,7 @@ class ChunkedPrefillPolicy(IterationPolicy):
 
     def admit_chunks(self, budget: int, now: float | None = None) -> list[tuple[Sequence, int]]:
         """First chunks of queued requests (after their cached prefix), in queue order,
-        while budget, seats and KV last."""
-        taken = []
-        if self.preempted_now or not (self.waiting and budget > 0
-                                      and len(self.running) < self.params.max_num_seqs):
-            return taken
-        self.order_queue(now)
-        kv = self.kv
-        reserve = int(self.params.watermark * kv.num_blocks)
-        while self.waiting and budget > 0 and len(self.running) < self.params.max_num_seqs:
-            seq = self.waiting[0]
-            match = kv.match(seq)
-            n = min(seq.num_tokens - match[0], self.params.chunk_cap, budget)
-            if not self.may_admit(seq, n, reserve, match):
-                break
-            taken.append((seq, n))
-            budget -= n
-        return taken
+        while budget, seats and KV last; none in a step that preempted (vLLM v1)."""
+        if self.preempted_now or budget <= 0:
+            return []
+        return self.admit_queue(budget, now)

@@ -41,6 +41,8 @@ class ContinuousPolicy(IterationPolicy):
 
     kind = "continuous"
     Params = ContinuousParams
+    # steady_decode (IterationPolicy's) asks head_admission, which admit_prefills uses too
+    fast_path = True
 
     def max_request_tokens(self) -> int | None:
         # A whole prompt (plus generated tokens, after a recompute) must fit in one
@@ -48,13 +50,12 @@ class ContinuousPolicy(IterationPolicy):
         return self.params.max_num_batched_tokens
 
     def schedule(self, now: float) -> StepPlan | None:
-        budget = self.params.max_num_batched_tokens
         self.preempt_for_priority(now)
         if self.params.mix_prefill_decode:
-            decodes = self.grow_decodes()
-            prefills = self.admit_prefills(budget - len(decodes), now)
+            decodes = self.grow_decodes()  # leaves exactly these running (the newest are preempted)
+            prefills = self.admit_prefills(self.prefill_room(), now)
         else:
-            prefills = self.admit_prefills(budget, now)
+            prefills = self.admit_prefills(self.prefill_room(), now)
             decodes = [] if prefills else self.grow_decodes()
         if not prefills and not decodes:
             return None
@@ -80,48 +81,44 @@ class ContinuousPolicy(IterationPolicy):
                 or self.head_blocked())
 
     def prefill_room(self) -> int:
-        # With mixing the decodes take one token each of the budget first.
+        # With mixing the decodes take one token each of the budget first; prefill-first
+        # admits before any decode is planned.
         budget = self.params.max_num_batched_tokens
         return budget - len(self.running) if self.params.mix_prefill_decode else budget
 
-    def admission_tokens(self, seq: Sequence, hit: int = 0) -> int:
-        # Whole prompts (what the prefix cache does not hold), within the room left.
+    def admission_tokens(self, seq: Sequence, hit: int, budget: int) -> int:
+        # The whole prompt (what the prefix cache does not hold), or nothing.
         remaining = seq.num_tokens - hit
-        return remaining if remaining <= self.prefill_room() else 0
+        return remaining if remaining <= budget else 0
 
     def grow_decodes(self) -> list[Sequence]:
         """Every running request, oldest first, with a block for its next token.
 
-        When blocks run short the newest runners are preempted; they sit after
-        the current one, so nothing already scheduled is ever taken back.
+        When blocks run short, :meth:`may_grow` preempts the newest runner (under
+        ``queue_order: priority``, the newest of the least important class). A
+        victim not yet reached is skipped; one already planned leaves the plan, as
+        in vLLM v1's ``Scheduler.schedule`` ("if preempted_req in
+        scheduled_running_reqs"); when the request itself is the victim, no later
+        one is planned this step (vLLM breaks there too).
         """
         scheduled = []
         block_size = self.kv.block_size
         for seq in list(self.running):
+            if seq.status != RUNNING:
+                continue  # preempted a moment ago
             # Hot path: most decodes still have room in their last block.
-            if seq.num_computed < seq.num_blocks * block_size and seq.status == RUNNING:
+            if seq.num_computed < seq.num_blocks * block_size:
                 scheduled.append(seq)
-            elif seq.status != RUNNING or not self.may_grow(seq, 1):
+                continue
+            before = self.num_preempted
+            if not self.may_grow(seq, 1):
                 break
-            else:
-                scheduled.append(seq)
+            if self.num_preempted != before:
+                scheduled = [s for s in scheduled if s.status == RUNNING]
+            scheduled.append(seq)
         return scheduled
 
     def admit_prefills(self, budget: int, now: float | None = None) -> list[Sequence]:
         """Admit whole prompts (after their cached prefix) from the queue head, in queue
         order, while seats, budget and KV (above the watermark) last."""
-        admitted: list[Sequence] = []
-        if not self.waiting or len(self.running) >= self.params.max_num_seqs:
-            return admitted
-        self.order_queue(now)
-        kv = self.kv
-        reserve = int(self.params.watermark * kv.num_blocks)
-        while self.waiting and len(self.running) < self.params.max_num_seqs:
-            seq = self.waiting[0]
-            match = kv.match(seq)
-            n = seq.num_tokens - match[0]
-            if n > budget or not self.may_admit(seq, n, reserve, match):
-                break
-            budget -= n
-            admitted.append(seq)
-        return admitted
+        return [seq for seq, _ in self.admit_queue(budget, now)]

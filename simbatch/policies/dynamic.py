@@ -46,6 +46,8 @@ class DynamicPolicy(BatchPolicy):
     """Triton's dynamic batcher over a run-to-completion padded model."""
 
     kind = "dynamic"
+    # select() only forms batches; a started batch decodes on (BatchPolicy.steady_decode)
+    fast_path = True
     Params = DynamicParams
 
     def batch_size_now(self, now: float) -> int:

@@ -50,6 +50,7 @@ class IterationPolicy(Policy):
     def __init__(self, params, kv, note=lambda m: None):
         super().__init__(params, kv, note)
         self.running: list[Sequence] = []
+        self.num_preempted = 0  # preemptions so far (callers compare it around may_grow)
         self.order = QueueOrder(params, kv, note)
         if self.order.max_wait_s is not None or params.preempt_lower_priority:
             # The fast path's mixed steps plan chunks without the time or a priority
@@ -89,7 +90,8 @@ class IterationPolicy(Policy):
         return len(self.running) >= self.params.max_num_seqs or self.prefill_room() <= 0
 
     def prefill_room(self) -> int:
-        """Tokens of this step's budget a newly admitted request may take (before its own limits)."""
+        """Tokens of the step's budget left for admissions once every running request has
+        its decode token (schedule() passes the same figure to :meth:`admit_queue`)."""
         raise NotImplementedError
 
     def all_decoding(self) -> bool:
@@ -97,23 +99,47 @@ class IterationPolicy(Policy):
         return all(s.is_decoding for s in self.running)
 
     def head_blocked(self) -> bool:
-        """The queue's head cannot be admitted, and only a finish can change that: seats are
-        full, the step's tokens are spoken for, or its blocks exceed what is free (and free
-        blocks only shrink while requests decode)."""
-        if len(self.running) >= self.params.max_num_seqs:
-            return True
+        """The queue's head cannot be admitted, and only a finish can change that: the dry run
+        of the admission schedule() would make (seats, the step's tokens and free blocks
+        only shrink while requests decode)."""
+        return self.head_admission(self.prefill_room()) is None
+
+    def admission_tokens(self, seq: Sequence, hit: int, budget: int) -> int:
+        """Tokens ``seq`` would compute in the step that admits it onto ``hit`` cached tokens,
+        with ``budget`` tokens of the step left (0 or less: it does not fit)."""
+        raise NotImplementedError
+
+    def head_admission(self, budget: int) -> tuple[int, tuple[int, int]] | None:
+        """Dry run of admitting the queue's head with ``budget`` tokens of the step left:
+        ``(tokens, match)`` if a seat, the budget and KV blocks (above the watermark) allow
+        it, else None. Changes nothing; :meth:`admit_queue` and the steady check both use it,
+        so the rule is written once."""
+        if not self.waiting or budget <= 0 or len(self.running) >= self.params.max_num_seqs:
+            return None
         seq, kv = self.waiting[0], self.kv
         match = kv.match(seq)
-        n = self.admission_tokens(seq, match[0])
+        n = self.admission_tokens(seq, match[0], budget)
         if n <= 0:
-            return True
+            return None
         reserve = int(self.params.watermark * kv.num_blocks)
-        return not kv.can_allocate(kv.admission_blocks(seq, n, match), reserve)
+        if not kv.can_allocate(kv.admission_blocks(seq, n, match), reserve):
+            return None
+        return n, match
 
-    def admission_tokens(self, seq: Sequence, hit: int = 0) -> int:
-        """Tokens the head would compute if admitted next step onto ``hit`` cached tokens
-        (0 or less: no room in the step)."""
-        raise NotImplementedError
+    def admit_queue(self, budget: int, now: float | None) -> list[tuple[Sequence, int]]:
+        """Admit from the head of the queue (in ``queue_order``) while :meth:`head_admission`
+        allows; returns the ``(request, tokens)`` admitted."""
+        taken: list[tuple[Sequence, int]] = []
+        if not self.waiting or len(self.running) >= self.params.max_num_seqs:
+            return taken
+        self.order_queue(now)
+        while (admission := self.head_admission(budget)) is not None:
+            n, match = admission
+            seq = self.waiting[0]
+            self.admit(seq, n, match)
+            taken.append((seq, n))
+            budget -= n
+        return taken
 
     def preempt_for_priority(self, now: float) -> None:
         """``preempt_lower_priority``: while the queue's head (the most important request)
@@ -181,20 +207,17 @@ class IterationPolicy(Policy):
         (other orders than FCFS then sort it among the rest)."""
         self.kv.free(seq)
         seq.reset_for_recompute()
+        self.num_preempted += 1
         self.waiting.appendleft(seq)
         self.order.dirty = True
 
-    def may_admit(self, seq: Sequence, num_new: int, reserve: int = 0,
-                  match: tuple[int, int] = (0, 0)) -> bool:
-        """Admit the head of the queue for ``num_new`` tokens after its cached prefix
-        (``match``, from ``KVCache.match``) if its blocks fit (keeping ``reserve`` spare)."""
+    def admit(self, seq: Sequence, num_new: int, match: tuple[int, int]) -> None:
+        """Make the queue's head ``seq`` a running request computing ``num_new`` tokens after its
+        cached prefix (``match``, from ``KVCache.match``); :meth:`head_admission` said it fits."""
         kv = self.kv
-        if not kv.can_allocate(kv.admission_blocks(seq, num_new, match), reserve):
-            return False
         kv.claim(seq, match)
         kv.allocate(seq, kv.blocks_needed(seq, num_new))
         kv.commit(seq, seq.num_computed + num_new)
         self.waiting.popleft()
         seq.status = RUNNING
         self.running.append(seq)
-        return True

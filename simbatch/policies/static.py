@@ -26,6 +26,8 @@ class StaticPolicy(BatchPolicy):
     """The oldest ``batch_size`` requests, once that many have arrived or the oldest has waited ``max_wait_s``."""
 
     kind = "static"
+    # select() only forms batches; a started batch decodes on (BatchPolicy.steady_decode)
+    fast_path = True
     Params = StaticParams
 
     def select(self, now: float) -> list[Sequence]:
