@@ -63,7 +63,12 @@ class ProcessExecutor:
         if self.workers == 1 or len(items) <= 1:
             return InlineExecutor().map(fn, items, on_done)
         if self.pool is None:
-            self.pool = ProcessPoolExecutor(self.workers)
+            # Workers load the user's policy files this process loaded (--policy-file), so a
+            # scenario naming such a policy runs there too, whatever the start method.
+            from simbatch.policies.registry import load_policy_files, loaded_files
+
+            self.pool = ProcessPoolExecutor(self.workers, initializer=load_policy_files,
+                                            initargs=(loaded_files(),))
         futures = {self.pool.submit(fn, item): i for i, item in enumerate(items)}
         results: list = [None] * len(items)
         for fut in as_completed(futures):

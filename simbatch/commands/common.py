@@ -17,6 +17,9 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario field, e.g. --set policy.max_num_seqs=64 (repeatable)")
     p.add_argument("--out", type=Path, help="folder for the output files")
+    p.add_argument("--policy-file", dest="policy_files", action="append", default=[], type=Path,
+                   metavar="FILE.py", help="a Python file defining your own policy class, usable as "
+                   "policy.kind (repeatable; docs/policies.md, 'Writing a policy')")
 
 
 def load(args):
@@ -28,6 +31,11 @@ def load(args):
         from simbatch.outpaths import check_out_dir
 
         check_out_dir(args.out)
+    if args.policy_files:
+        from simbatch.policies import load_policy_file
+
+        for path in args.policy_files:
+            load_policy_file(path)
     return load_scenario(args.scenario, args.overrides)
 
 

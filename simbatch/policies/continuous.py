@@ -57,6 +57,11 @@ class ContinuousPolicy(IterationPolicy):
         else:
             prefills = self.admit_prefills(self.prefill_room(), now)
             decodes = [] if prefills else self.grow_decodes()
+        return self.plan(decodes, prefills)
+
+    def plan(self, decodes: list[Sequence], prefills: list[Sequence]) -> StepPlan | None:
+        """The step that decodes ``decodes`` (one token each) and prefills the rest of each of
+        ``prefills``' prompts; None when both are empty."""
         if not prefills and not decodes:
             return None
         slots = decodes + prefills
