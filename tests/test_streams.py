@@ -70,7 +70,7 @@ def chat(kind: str, streams: int):
 
 
 @pytest.mark.parametrize("kind", ["continuous", "chunked_prefill"])
-def test_runs_with_two_streams_serve_everyone_and_the_engine_takes_every_step(kind):
+def test_runs_with_two_streams_serve_everyone_and_the_fast_path_agrees(kind):
     out = run(chat(kind, 2))
     assert out.summary["completed"] == 300
     assert simulate(chat(kind, 2)).log.replica_num_steps == simulate(chat(kind, 2), fast_forward=False).log.replica_num_steps
@@ -98,3 +98,29 @@ def test_a_profile_cost_model_prices_streams_within_the_same_bounds():
     kernels = two.seconds - two.breakdown["overhead"] - two.breakdown["allreduce"]
     assert max(a.seconds - a.breakdown["overhead"] for a in alone) <= kernels + 1e-12
     assert two.seconds < one.seconds
+
+
+def test_a_two_stream_step_pays_the_whole_steps_overhead_once():
+    # The per-sequence and per-token overheads (an engine preset's) count every sequence
+    # and token of the step, whichever stream runs it (they used to drop the tokens).
+    cm = RooflineCostModel("llama-2-7b", "a100-80gb", step_overhead_s=2e-3, per_seq_overhead_s=1e-4,
+                           per_token_overhead_s=1e-5)
+    plan = mixed([100] * 8, [512, 40], 2)
+    two = cm.step_cost(plan)
+    assert two.breakdown["overhead"] == pytest.approx(2e-3 + 1e-4 * 10 + 1e-5 * (8 + 552))
+    assert two.breakdown["overhead"] == cm.step_cost(mixed([100] * 8, [512, 40], 1)).breakdown["overhead"]
+
+
+@pytest.mark.parametrize("model", ["roofline", "profile"])
+def test_fast_path_prices_are_the_plans_prices_bit_for_bit(model):
+    from simbatch.costmodel import build_cost_model
+
+    cm = CM if model == "roofline" else build_cost_model(None, "llama-2-7b", "a100-80gb")
+    ctx, chunks, chunk_ctx = [700, 30, 1999], [512, 7], [1024, 0]
+    plan = StepPlan(list(range(5)), [1, 1, 1] + chunks, ctx + chunk_ctx, None, 3, 2)
+    fast = cm.mixed_cost(3, sum(ctx), chunks, chunk_ctx, streams=2)
+    slow = cm.step_cost(plan)
+    assert (fast.seconds, fast.useful_flops, fast.useful_bytes) == (slow.seconds, slow.useful_flops, slow.useful_bytes)
+    # a step of one phase is not split: the same price on one stream or two
+    decodes = mixed(ctx, [], 2)
+    assert cm.step_cost(decodes).seconds == cm.step_cost(mixed(ctx, [], 1)).seconds == cm.decode_cost(3, sum(ctx)).seconds

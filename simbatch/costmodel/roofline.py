@@ -13,6 +13,7 @@ few C-level sums over the plan's lists (it runs once per simulated step).
 from __future__ import annotations
 
 import math
+from functools import reduce
 from itertools import compress
 from operator import add, mul
 
@@ -102,7 +103,12 @@ class PricedByWork:
         raise NotImplementedError(f"{type(self).__name__} cannot price overlapping streams")
 
     def streams_cost(self, plan: StepPlan) -> StepCost:
-        """A step issued as micro-batches on separate streams (``plan.micro_batches()``).
+        """A step issued as micro-batches on separate streams (``plan.micro_batches()``);
+        see :meth:`price_streams`."""
+        return self.price_streams([plan_work(m) for m in plan.micro_batches()])
+
+    def price_streams(self, parts: list[tuple]) -> StepCost:
+        """A step of micro-batches ``parts`` (``(work, kept, live)`` each) on separate streams.
 
         Streams share the GPU's compute and its memory bandwidth, so the kernels
         of all micro-batches together take at least the larger of their summed
@@ -111,12 +117,15 @@ class PricedByWork:
         is micro-batch ``i`` priced on its own. Every micro-batch reads the
         weights again, so splitting a batch that is already memory-bound costs
         time; overlapping a memory-bound decode with a compute-bound prefill
-        saves it. All-reduces and the step overhead do not overlap.
+        saves it. All-reduces do not overlap; the step's overhead is the whole
+        step's (once, with all its sequences and tokens). One part is priced as
+        it is (a step of one phase is not split).
         """
-        parts = [(plan_work(m), m) for m in plan.micro_batches()]
-        costs = [self.price(*pw) for pw, _ in parts]
+        if len(parts) == 1:
+            return self.price(*parts[0])
+        costs = [self.price(*part) for part in parts]
         compute = memory = 0.0
-        for (work, _, _), _ in parts:
+        for work, _, _ in parts:
             c, m = self.bounds(work)
             compute, memory = compute + c, memory + m
         fixed = ("allreduce", "overhead")
@@ -126,9 +135,8 @@ class PricedByWork:
         for c in costs:
             for k, v in c.breakdown.items():
                 bd[k] = bd.get(k, 0.0) + v
-        live = sum(pw[2] for pw, _ in parts)
-        over = self.price((0, 0, (0, 0, 0), (0, 0, 0)), (0, 0, (0, 0, 0), (0, 0, 0)), live)
-        bd["overhead"] = over.breakdown["overhead"]  # once per step, not per micro-batch
+        whole = reduce(add_work, (part[0] for part in parts))
+        bd["overhead"] = self.price(whole, whole, sum(part[2] for part in parts)).breakdown["overhead"]
         bd["stream_overlap"] = overlapped - sum(own)  # <= 0: time the streams hide
         return StepCost(sum(bd.values()), bd, sum(c.useful_flops for c in costs),
                         sum(c.useful_bytes for c in costs))
@@ -139,11 +147,17 @@ class PricedByWork:
         return self.price(work, work, num_seqs)
 
     def mixed_cost(self, num_decodes: int, context_sum: int, chunk_new: list[int],
-                   chunk_ctx: list[int]) -> StepCost:
+                   chunk_ctx: list[int], streams: int = 1) -> StepCost:
         """:meth:`step_cost` of ``num_decodes`` unpadded decode slots (contexts summing to
-        ``context_sum``) followed by prefill chunks of ``chunk_new`` tokens over ``chunk_ctx``."""
+        ``context_sum``) followed by prefill chunks of ``chunk_new`` tokens over ``chunk_ctx``,
+        on ``streams`` streams (2: decodes and chunks as two micro-batches, as
+        ``StepPlan.micro_batches`` splits them)."""
         n, s = num_decodes, context_sum
         pre = _attn_sums(chunk_new, chunk_ctx)
+        if streams > 1 and n and chunk_new:
+            dec = decode_work(n, s)
+            chunks = (pre[2], len(chunk_new) - chunk_new.count(0), (0, 0, 0), pre)
+            return self.price_streams([(dec, dec, n), (chunks, chunks, len(chunk_new))])
         work = (n + pre[2], n + len(chunk_new) - chunk_new.count(0), (s + n, s + n, n), pre)
         return self.price(work, work, n + len(chunk_new))
 
@@ -287,6 +301,11 @@ def plan_work(plan: StepPlan) -> tuple[tuple, tuple, int]:
         kept_new = _zero_padding_slots(new, rids) if -1 in rids else new
         kept = _work(kept_new, ctx, plan.num_decode_slots)
     return work, kept, len(rids) - rids.count(-1)
+
+
+def add_work(a, b):
+    """Two :func:`_work` results (or two of their fields) summed field by field."""
+    return tuple(map(add_work, a, b)) if isinstance(a, tuple) else a + b
 
 
 def decode_work(num_seqs: int, context_sum: int) -> tuple:

@@ -109,7 +109,7 @@ def mixed_step(replica):
     chunks = policy.schedule_chunks(budget - n, group.members)
     waiting = policy.num_waiting
     chunk_new = [k for _, k in chunks]
-    cost = mixed_cost(n, context, chunk_new, [s.num_computed for s, _ in chunks])
+    cost = mixed_cost(n, context, chunk_new, [s.num_computed for s, _ in chunks], replica.streams)
     yield env.timeout(cost.seconds)
     num = n + len(chunks)
     step = log.append_step(replica.index, start, cost.seconds, num, num, sum(chunk_new), n, 0, kv.num_used,

@@ -39,10 +39,11 @@ class Replica:
         self.seqs = seqs  # shared id -> Sequence table, filled by the dispatcher
         self.wakeup = env.event()
         # steady decode runs skip the policy (same results) where its class vouches for
-        # them (Policy.fast_path); their O(1) prices are single-stream, so a policy that
-        # splits steps over streams takes every step
+        # them (Policy.fast_path); a step split over streams takes the fast path only
+        # where the backend prices micro-batches from their work (price_streams)
+        self.streams = getattr(policy.params, "streams", 1)
         self.fast_forward = (fast_forward and policy.fast_path
-                             and getattr(policy.params, "streams", 1) == 1)
+                             and (self.streams == 1 or hasattr(backend, "price_streams")))
         self.prev_decode = -1  # this replica's latest step that ran decodes
         # running requests advanced lazily by steady decode runs (see DecodeGroup)
         self.group = DecodeGroup(policy.kv.block_size, policy.kv.mode == "paged")
