@@ -107,6 +107,27 @@ class EventLog:
         self.replica_num_steps[replica] = k + 1
         return k
 
+    def append_steps(self, replica: int, starts: list, durations: list, num_seqs: int, num_slots: int,
+                     prefill_tokens: int, decode_tokens: int, padded_tokens: int, kv_used_blocks: int,
+                     num_waiting: list, useful_flops: list, useful_bytes: list) -> int:
+        """:meth:`append_step` for a run of ``len(starts)`` consecutive steps of one replica at
+        once (lists per step, the other columns the same for each); returns the first's
+        number on the replica."""
+        k, s = len(starts), self.steps
+        s["replica"].extend([replica] * k)
+        s["start_s"].extend(starts)
+        s["duration_s"].extend(durations)
+        for col, v in (("num_seqs", num_seqs), ("num_slots", num_slots), ("prefill_tokens", prefill_tokens),
+                       ("decode_tokens", decode_tokens), ("padded_tokens", padded_tokens),
+                       ("kv_used_blocks", kv_used_blocks)):
+            s[col].extend([v] * k)
+        s["num_waiting"].extend(num_waiting)
+        s["useful_flops"].extend(useful_flops)
+        s["useful_bytes"].extend(useful_bytes)
+        first = self.replica_num_steps[replica]
+        self.replica_num_steps[replica] = first + k
+        return first
+
     def record_token_run(self, request: int, replica: int, first: int, last: int) -> None:
         """Request ``request`` emitted a token at the end of ``replica``'s step ``first`` and of
         every decode step after it up to ``last`` (which is one, when ``last > first``)."""

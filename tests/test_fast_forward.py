@@ -58,6 +58,8 @@ FEATURES = {
     "prefix_hash": ("continuous", "chunked_prefill"),  # padded batches ignore prefix caching
     "prefix_session": ("continuous", "chunked_prefill"),
     "two_replicas_least_kv": ("static", "dynamic", "continuous", "chunked_prefill"),
+    # a router that reads each replica's clock (when its current step ends)
+    "two_replicas_latency_aware": ("static", "dynamic", "continuous", "chunked_prefill"),
     "control": ("dynamic", "continuous", "chunked_prefill"),  # no controller drives static
     "spf_aged": ("continuous", "chunked_prefill"),
     "mix_prefill_decode": ("continuous",),
@@ -76,10 +78,10 @@ GRID = [(kind, mode, feature, load) for feature, kinds in FEATURES.items() for k
 def feature_scenario(kind: str, mode: str, feature: str, load: str, seed: int):
     utilization, rate = LOADS[load]
     prefix = feature.partition("prefix_")[2] or None
-    replicas = 2 if feature == "two_replicas_least_kv" else 1
+    replicas = 2 if feature.startswith("two_replicas") else 1
     extra = {}
     if replicas == 2:
-        extra["cluster"] = {"replicas": 2, "router": "least_kv"}
+        extra["cluster"] = {"replicas": 2, "router": feature.partition("two_replicas_")[2]}
     if feature == "control":
         extra["control"] = CONTROL[kind]
         extra["slo"] = {"ttft_ms": 500, "tpot_ms": 40}

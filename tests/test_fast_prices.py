@@ -47,3 +47,21 @@ def test_padded_decode_cost_equals_step_cost(cm, slots, dead, context):
     plan = StepPlan(list(range(live)) + [-1] * dead, [1] * live + [0] * dead, [context] * slots,
                     [0] * live + [1] * dead, slots)
     assert same(cm.padded_decode_cost(slots, live, context), cm.step_cost(plan))
+
+
+@pytest.mark.parametrize("overheads", [{}, {"per_seq_overhead_s": 3e-5, "per_token_overhead_s": 1e-5}])
+@pytest.mark.parametrize("tp", [1, 2])
+def test_a_padded_run_priced_at_once_is_each_step_priced_alone(overheads, tp):
+    # The fast path prices a padded batch's whole run of decode steps with numpy
+    # (RooflineCostModel.padded_decode_costs); every figure must be the per-step price.
+    models = [RooflineCostModel("llama-2-7b", "a100-80gb", tensor_parallel=tp, **overheads)]
+    if tp == 1 and not overheads:
+        models.append(build_cost_model(None, "llama-2-7b", "a100-80gb"))  # the shipped profile (per-step loop)
+    for cm in models:
+        for slots, live in ((1, 1), (8, 8), (32, 5)):
+            contexts = range(0, 6000, 13)
+            seconds, flops, nbytes = cm.padded_decode_costs(slots, live, contexts)
+            alone = [cm.padded_decode_cost(slots, live, c) for c in contexts]
+            assert seconds == [c.seconds for c in alone]
+            assert flops == [c.useful_flops for c in alone]
+            assert nbytes == [c.useful_bytes for c in alone]

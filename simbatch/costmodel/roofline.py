@@ -17,6 +17,8 @@ from functools import reduce
 from itertools import compress
 from operator import add, mul
 
+import numpy as np
+
 from simbatch.costmodel.base import StepCost
 from simbatch.errors import SimbatchError
 from simbatch.hardware import GPUSpec, get_gpu
@@ -161,6 +163,13 @@ class PricedByWork:
         work = (n + pre[2], n + len(chunk_new) - chunk_new.count(0), (s + n, s + n, n), pre)
         return self.price(work, work, n + len(chunk_new))
 
+    def padded_decode_costs(self, num_slots: int, num_live: int, contexts) -> tuple[list, list, list]:
+        """:meth:`padded_decode_cost` of a run of steps, one per entry of ``contexts``:
+        (seconds, useful FLOPs, useful bytes), each a list. Cost models that can price
+        the run at once override this; here it is one call per step."""
+        costs = [self.padded_decode_cost(num_slots, num_live, int(c)) for c in contexts]
+        return ([c.seconds for c in costs], [c.useful_flops for c in costs], [c.useful_bytes for c in costs])
+
     def padded_decode_cost(self, num_slots: int, num_live: int, context: int) -> StepCost:
         """:meth:`step_cost` of a padded batch's decode step: ``num_slots`` rows at context
         ``context``, of which ``num_live`` hold a live request (the rest compute padding)."""
@@ -240,6 +249,27 @@ class RooflineCostModel(PricedByWork):
         }
         flops, nbytes = self._counts(kept)
         return StepCost(sum(bd.values()), bd, flops, nbytes)
+
+    def padded_decode_costs(self, num_slots: int, num_live: int, contexts) -> tuple[list, list, list]:
+        """A padded batch's run of decode steps priced at once with numpy: the same
+        operations, in the same order, as :meth:`price` on each step's
+        ``decode_work`` (so bit-identical): only the attention's context varies."""
+        S, n, p = num_slots, num_live, self.params
+        ctx = np.asarray(contexts, dtype=np.int64)
+        pairs = S * ctx + S  # decode_work: (context sum + slots) pairs and KV tokens
+        attn = np.maximum(pairs * self._attn_flops_pair * self._attn_inv_flops,
+                          (pairs * self._attn_kv_tok + S * self._attn_q_tok) * self._attn_inv_bw)
+        lm = max(S * self._lm_flops_row * self._lin_inv_flops,
+                 (self._lm_weight_bytes + S * self._lm_act_row) * self._inv_bw)
+        ar = S * self._ar_tok + self._ar_fixed
+        over = p["step_overhead_s"] + p["per_seq_overhead_s"] * n + p["per_token_overhead_s"] * S
+        # price(): sum(bd.values()) = 0 + linear + lm_head + attn_prefill (0.0) + attn_decode + ...
+        seconds = (self._linear_seconds(S) + lm + 0.0) + attn + ar + over
+        kept = n * ctx + n  # the live rows' pairs and KV tokens (_counts on the kept work)
+        flops = (n * self._lin_flops_tok + n * self._lm_flops_row) + kept * self._attn_flops_pair
+        nbytes = ((kept * self._attn_kv_tok + n * self._attn_q_tok) + (self._lin_weight_bytes + n * self._lin_act_tok)
+                  + (self._lm_weight_bytes + n * self._lm_act_row))
+        return seconds.tolist(), flops.tolist(), nbytes.tolist()
 
     def bounds(self, work: tuple) -> tuple[float, float]:
         tokens, rows, dec, pre = work

@@ -27,28 +27,49 @@ def steady_run(replica):
 
 
 def padded_run(replica):
-    """Decode steps of a started padded batch until one of its rows is about to finish."""
-    env, policy, log = replica.env, replica.policy, replica.log
-    cost_of = getattr(replica.backend, "padded_decode_cost", None)
+    """Decode steps of a started padded batch until one of its rows is about to finish.
+
+    Nothing can change such a run but a controller (at ``control_at``): the batch
+    admits no one and its KV was reserved up front. So its steps are priced at once
+    (``padded_decode_costs``) and logged at once at its end (the replica's rows stay in
+    order); each still gets its own SimPy timeout, and the queue length it started with.
+    """
+    env, policy, log, backend = replica.env, replica.policy, replica.log, replica.backend
+    costs_of = getattr(backend, "padded_decode_costs", None)
+    cost_of = getattr(backend, "padded_decode_cost", None)
     batch = policy.batch
     live = [s for s in batch.seqs if s.status != FINISHED]
     limit = min(s.output_tokens - s.num_generated for s in live) - 1
-    if cost_of is None or limit <= 0:
+    if (costs_of is None and cost_of is None) or limit <= 0:
         return 0
     slots, n = len(batch.seqs), len(live)
     step0, decoded0 = log.replica_num_steps[replica.index], batch.num_decodes_done
-    used = policy.kv.num_used  # reserved up front: constant through the batch
-    done = 0
-    while done < limit:
-        # the padded context PaddedBatch.next_plan would use for this decode step
-        cost = cost_of(slots, n, batch.max_prompt + decoded0 + done)
-        start, waiting = env.now, policy.num_waiting
-        yield env.timeout(cost.seconds)
-        log.append_step(replica.index, start, cost.seconds, n, slots, 0, n, slots - n, used, waiting,
-                        cost.useful_flops, cost.useful_bytes)
-        done += 1
-        if env.now >= replica.control_at:
+    # the padded context PaddedBatch.next_plan would use for each of these decode steps
+    contexts = range(batch.max_prompt + decoded0, batch.max_prompt + decoded0 + limit)
+    if costs_of is not None:
+        seconds, flops, nbytes = costs_of(slots, n, contexts)
+    else:  # a backend that must see each step priced as it starts (the latency-aware router's clock)
+        seconds, flops, nbytes, priced = None, [], [], []
+    starts, waiting, control_at, timeout = [], [], replica.control_at, env.timeout
+    for i in range(limit):
+        starts.append(env.now)
+        waiting.append(policy.num_waiting)
+        if seconds is None:
+            cost = cost_of(slots, n, contexts[i])
+            priced.append(cost.seconds)
+            flops.append(cost.useful_flops)
+            nbytes.append(cost.useful_bytes)
+            yield timeout(cost.seconds)
+        else:
+            yield timeout(seconds[i])
+        if env.now >= control_at:
             break  # a controller may turn a knob at this boundary
+    done = len(starts)
+    if seconds is None:
+        seconds = priced
+    used = policy.kv.num_used  # reserved up front: constant through the batch
+    log.append_steps(replica.index, starts, seconds[:done], n, slots, 0, n, slots - n, used, waiting,
+                     flops[:done], nbytes[:done])
     batch.num_decodes_done += done
     advance(replica, live, step0, done)
     return done

@@ -183,6 +183,9 @@ class StepClock:
         for verb in ("decode_cost", "padded_decode_cost", "mixed_cost"):  # the engine's fast path, when offered
             if hasattr(backend, verb):
                 setattr(self, verb, self._timed(getattr(backend, verb)))
+        # A whole padded run priced before its steps would leave the clock behind: the fast
+        # path prices such runs step by step here (padded_decode_cost, timed above).
+        self.padded_decode_costs = None
 
     def _timed(self, price):
         def timed(*args):
