@@ -34,14 +34,20 @@ POLICIES = ("static", "dynamic", "continuous", "chunked_prefill")
 
 
 def one_run(path: str, kind: str) -> dict:
-    """Run ``path`` under policy ``kind`` in this process; wall time, counts and RSS (MiB)."""
+    """Run ``path`` under policy ``kind`` in this process; wall time, counts and RSS (MiB).
+    ``kind+streams2`` runs that policy with ``streams: 2``."""
     from simbatch.api import run
-    from simbatch.scenario import load_scenario
+    from simbatch.scenario import from_dict, load_scenario
 
+    kind, _, variant = kind.partition("+")
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     start = time.perf_counter()
     try:
-        out = run(load_scenario(path).with_policy(kind))
+        scenario = load_scenario(path).with_policy(kind)
+        if variant == "streams2":
+            data = {**scenario.data, "policy": {**scenario.data["policy"], "streams": 2}}
+            scenario = from_dict(data, scenario.source, scenario.base_dir)
+        out = run(scenario)
     except SimbatchError as exc:  # passed back as text: SimbatchError does not unpickle
         return {"error": str(exc)}
     wall = time.perf_counter() - start

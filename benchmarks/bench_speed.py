@@ -18,6 +18,7 @@ a fresh process (see ``bench_core.py``); peak RSS is the largest seen.
     python benchmarks/bench_speed.py                         # a, b (both policies), c (continuous)
     python benchmarks/bench_speed.py --only c --repeat 1
     python benchmarks/bench_speed.py --c-policies continuous,chunked_prefill
+    python benchmarks/bench_speed.py --only a --policies static,dynamic,continuous,chunked_prefill+streams2
 
 A benchmark, not a test: it asserts nothing. The targets it checks by eye:
 (c) under continuous batching in under 60 s and 2 GiB; (a) in under 1 s.
@@ -37,6 +38,10 @@ from simbatch.errors import SimbatchError  # noqa: E402
 HERE = Path(__file__).resolve().parent / "scenarios"
 WORKLOADS = {"a": HERE / "speed_a.yaml", "b": HERE / "speed_b.yaml", "c": HERE / "speed_c.yaml"}
 POLICIES = ("continuous", "chunked_prefill")
+# what --policies may name: issue 13's slow paths beside them (``+streams2``: with
+# ``streams: 2``, decodes and chunks on two streams)
+ALL_POLICIES = ("static", "dynamic", "continuous", "chunked_prefill", "continuous+streams2",
+                "chunked_prefill+streams2")
 
 
 def table(label: str, path: Path, policies: list[str], repeat: int) -> None:
@@ -45,20 +50,20 @@ def table(label: str, path: Path, policies: list[str], repeat: int) -> None:
         print(f"\n({label}) {path.name}: skipped, trace {trace} not found")
         return
     print(f"\n({label}) {path.stem} (median of {repeat}, one fresh process per run)")
-    print(f"{'policy':16}{'wall s':>9}{'requests':>10}{'steps':>10}{'req/s':>10}{'steps/s':>10}"
+    print(f"{'policy':26}{'wall s':>9}{'requests':>10}{'steps':>10}{'req/s':>10}{'steps/s':>10}"
           f"{'peak MiB':>10}")
     for kind in policies:
         r = bench_policy(path, kind, repeat)
         requests = round(r["req_per_s"] * r["wall"])
-        print(f"{kind:16}{r['wall']:9.2f}{requests:10d}{r['steps']:10d}{r['req_per_s']:10.0f}"
+        print(f"{kind:26}{r['wall']:9.2f}{requests:10d}{r['steps']:10d}{r['req_per_s']:10.0f}"
               f"{r['steps_per_s']:10.0f}{r['peak_mib']:10.0f}", flush=True)
 
 
 def policy_list(text: str, ap: argparse.ArgumentParser) -> list[str]:
     """Comma-separated policy names, checked."""
     names = [p.strip() for p in text.split(",") if p.strip()]
-    if unknown := [p for p in names if p not in POLICIES]:
-        ap.error(f"unknown policy {', '.join(unknown)}; allowed: {', '.join(POLICIES)}")
+    if unknown := [p for p in names if p not in ALL_POLICIES]:
+        ap.error(f"unknown policy {', '.join(unknown)}; allowed: {', '.join(ALL_POLICIES)}")
     return names
 
 

@@ -174,24 +174,29 @@ class ProfileCostModel(PricedByWork):
         lm = self._by_rows.get(rows)
         if lm is None:
             lm = self._by_rows[rows] = self._lm_head(rows)
-        over = self._overhead
-        misc, host = lin[2], 0.0
+        misc = lin[2]
         if self._forward_terms is not None and tokens:
-            feats = (1.0, rows, tokens, dec[1], pre[1] - pre[2])
-            misc += sum(map(mul, self._forward_terms, feats))
-            host = sum(map(mul, self._host_terms, feats))
+            misc += sum(map(mul, self._forward_terms, (1.0, rows, tokens, dec[1], pre[1] - pre[2])))
         bd = {
             "linear": lin[0],
             "lm_head": lm,
             "attn_prefill": self._attn(self._pre, pre, True),
             "attn_decode": self._attn(self._dec, dec, False),
             "allreduce": lin[1],
-            "overhead": (over["step_overhead_s"] + over["per_seq_overhead_s"] * live
-                         + over["per_token_overhead_s"] * tokens + host),
+            "overhead": self.overhead(work, live),
             "misc": misc,
         }
         flops, nbytes = self._roof._counts(kept)
         return StepCost(sum(bd.values()), bd, flops, nbytes)
+
+    def overhead(self, work: tuple, live: int) -> float:
+        """The engine's overheads, plus the host time the fitted step terms measured."""
+        tokens, rows, dec, pre = work
+        over, host = self._overhead, 0.0
+        if self._forward_terms is not None and tokens:
+            host = sum(map(mul, self._host_terms, (1.0, rows, tokens, dec[1], pre[1] - pre[2])))
+        return (over["step_overhead_s"] + over["per_seq_overhead_s"] * live
+                + over["per_token_overhead_s"] * tokens + host)
 
     def bounds(self, work: tuple) -> tuple[float, float]:
         """(compute-bound, memory-bound) seconds for two-stream overlap: the measured kernel

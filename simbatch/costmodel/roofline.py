@@ -92,6 +92,11 @@ class PricedByWork:
     def price(self, work: tuple, kept: tuple, live: int) -> StepCost:
         raise NotImplementedError
 
+    def overhead(self, work: tuple, live: int) -> float:
+        """The step's CPU-side seconds (``price``'s ``overhead`` part) for ``work`` over
+        ``live`` sequences."""
+        raise NotImplementedError
+
     def step_cost(self, plan: StepPlan) -> StepCost:
         """Seconds for one step, split by part; useful FLOPs/bytes exclude padding."""
         if plan.num_streams > 1:
@@ -138,7 +143,7 @@ class PricedByWork:
             for k, v in c.breakdown.items():
                 bd[k] = bd.get(k, 0.0) + v
         whole = reduce(add_work, (part[0] for part in parts))
-        bd["overhead"] = self.price(whole, whole, sum(part[2] for part in parts)).breakdown["overhead"]
+        bd["overhead"] = self.overhead(whole, sum(part[2] for part in parts))
         bd["stream_overlap"] = overlapped - sum(own)  # <= 0: time the streams hide
         return StepCost(sum(bd.values()), bd, sum(c.useful_flops for c in costs),
                         sum(c.useful_bytes for c in costs))
@@ -237,18 +242,20 @@ class RooflineCostModel(PricedByWork):
         lin = self._linear_seconds(tokens)
         lm = max(rows * self._lm_flops_row * self._lin_inv_flops,
                  (self._lm_weight_bytes + rows * self._lm_act_row) * self._inv_bw) if rows else 0.0
-        p = self.params
         bd = {
             "linear": lin,
             "lm_head": lm,
             "attn_prefill": self._attn_seconds(pre),
             "attn_decode": self._attn_seconds(dec),
             "allreduce": tokens * self._ar_tok + self._ar_fixed if tokens else 0.0,
-            "overhead": (p["step_overhead_s"] + p["per_seq_overhead_s"] * live
-                         + p["per_token_overhead_s"] * tokens),
+            "overhead": self.overhead(work, live),
         }
         flops, nbytes = self._counts(kept)
         return StepCost(sum(bd.values()), bd, flops, nbytes)
+
+    def overhead(self, work: tuple, live: int) -> float:
+        p = self.params
+        return p["step_overhead_s"] + p["per_seq_overhead_s"] * live + p["per_token_overhead_s"] * work[0]
 
     def padded_decode_costs(self, num_slots: int, num_live: int, contexts) -> tuple[list, list, list]:
         """A padded batch's run of decode steps priced at once with numpy: the same
@@ -333,9 +340,9 @@ def plan_work(plan: StepPlan) -> tuple[tuple, tuple, int]:
     return work, kept, len(rids) - rids.count(-1)
 
 
-def add_work(a, b):
-    """Two :func:`_work` results (or two of their fields) summed field by field."""
-    return tuple(map(add_work, a, b)) if isinstance(a, tuple) else a + b
+def add_work(a: tuple, b: tuple) -> tuple:
+    """Two :func:`_work` results summed field by field."""
+    return a[0] + b[0], a[1] + b[1], tuple(map(add, a[2], b[2])), tuple(map(add, a[3], b[3]))
 
 
 def decode_work(num_seqs: int, context_sum: int) -> tuple:
