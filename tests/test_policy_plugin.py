@@ -192,3 +192,34 @@ def test_bad_policy_files_are_one_line_errors(tmp_path, capsys, source, where, c
     assert not out.exists()
     with pytest.raises(SimbatchError):
         load_policy_file(path)
+
+
+FALSE_PROMISE = '''
+from simbatch.policies.continuous import ContinuousPolicy
+
+
+class FalsePromise(ContinuousPolicy):
+    """Admits with the whole budget but tells the steady check a quarter of it."""
+
+    kind = "false_promise"
+    fast_path = True
+
+    def prefill_room(self):
+        return self.params.max_num_batched_tokens // 4
+
+    def schedule(self, now):
+        prefills = self.admit_prefills(self.params.max_num_batched_tokens, now)
+        return self.plan([] if prefills else self.grow_decodes(), prefills)
+'''
+
+
+def test_check_fast_path_passes_a_kept_promise_and_catches_a_broken_one(tmp_path, capsys):
+    base = ["run", "chat", "--set", "workload.synthetic.num_requests=300", "--check-fast-path"]
+    assert main(base) == 0
+    assert "fast path: identical" in capsys.readouterr().out
+    path = tmp_path / "false_promise.py"
+    path.write_text(FALSE_PROMISE)
+    with pytest.raises(SystemExit) as exc:
+        main(base + ["--policy-file", str(path), "--set", "policy.kind=false_promise"])
+    assert exc.value.code == 1
+    assert "fast path: DIFFERS from the step-by-step engine" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from simbatch.commands.common import add_scenario_arguments, load, print_notes
@@ -14,6 +15,9 @@ def add_arguments(p) -> None:
     add_scenario_arguments(p)
     p.add_argument("--trace-out", type=Path, metavar="FILE.json",
                    help="also write a Perfetto / chrome://tracing timeline of the run (docs/trace_export.md)")
+    p.add_argument("--check-fast-path", action="store_true",
+                   help="also run every step through the policy and check the fast path gave the same "
+                        "results (for policy writers; docs/policies.md, 'Writing a policy')")
 
 
 def run(args) -> None:
@@ -37,3 +41,16 @@ def run(args) -> None:
         path = write_trace(out, args.trace_out)
         print_notes(truncation_notes(out), "note [trace]")
         print(f"wrote {path} (open in https://ui.perfetto.dev)")
+    if args.check_fast_path:
+        check_fast_path(scenario)
+
+
+def check_fast_path(scenario) -> None:
+    """Print whether the fast path gave the step-by-step engine's results; exit 1 if not."""
+    from simbatch.engine.check import fast_path_difference
+
+    difference = fast_path_difference(scenario)
+    if difference is not None:
+        print(f"fast path: DIFFERS from the step-by-step engine: {difference}", file=sys.stderr)
+        sys.exit(1)
+    print("fast path: identical to the step-by-step engine (every step, request and token run)")
