@@ -16,7 +16,7 @@ from simbatch.errors import SimbatchError
 from simbatch.metrics import request_table
 from simbatch.plan import StepPlan
 from simbatch.policies import POLICIES, load_policy_file, register_policy
-from simbatch.policies import registry as plugins
+from simbatch.policies import registry
 from simbatch.policies.continuous import ContinuousParams, ContinuousPolicy
 from simbatch.policies.iteration import IterationPolicy
 from simbatch.scenario import from_dict
@@ -26,14 +26,14 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "tgi_polic
 
 
 @pytest.fixture(autouse=True)
-def registry():
+def clean_registry():
     """Each test starts from the built-in policies and leaves them so."""
-    saved, loaded = dict(POLICIES), dict(plugins._LOADED)
+    saved, loaded = dict(POLICIES), dict(registry._LOADED)
     yield
     POLICIES.clear()
     POLICIES.update(saved)
-    plugins._LOADED.clear()
-    plugins._LOADED.update(loaded)
+    registry._LOADED.clear()
+    registry._LOADED.update(loaded)
 
 
 def scenario(policy: dict, rate: float = 20.0, seed: int = 1, utilization: float = 0.36) -> object:
@@ -118,7 +118,7 @@ def test_example_file_registers_its_policy_once():
     (cls,) = load_policy_file(EXAMPLE)
     assert cls.kind == "tgi" and POLICIES["tgi"] is cls
     assert load_policy_file(str(EXAMPLE)) == [cls]  # the same file again: nothing new
-    assert str(EXAMPLE.resolve()) in plugins.loaded_files()
+    assert str(EXAMPLE.resolve()) in registry.loaded_files()
 
 
 def test_example_policy_matches_the_step_by_step_engine_and_is_asked_every_step(monkeypatch):

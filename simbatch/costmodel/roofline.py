@@ -261,7 +261,7 @@ class RooflineCostModel(PricedByWork):
         """A padded batch's run of decode steps priced at once with numpy: the same
         operations, in the same order, as :meth:`price` on each step's
         ``decode_work`` (so bit-identical): only the attention's context varies."""
-        S, n, p = num_slots, num_live, self.params
+        S, n = num_slots, num_live
         ctx = np.asarray(contexts, dtype=np.int64)
         pairs = S * ctx + S  # decode_work: (context sum + slots) pairs and KV tokens
         attn = np.maximum(pairs * self._attn_flops_pair * self._attn_inv_flops,
@@ -269,7 +269,7 @@ class RooflineCostModel(PricedByWork):
         lm = max(S * self._lm_flops_row * self._lin_inv_flops,
                  (self._lm_weight_bytes + S * self._lm_act_row) * self._inv_bw)
         ar = S * self._ar_tok + self._ar_fixed
-        over = p["step_overhead_s"] + p["per_seq_overhead_s"] * n + p["per_token_overhead_s"] * S
+        over = self.overhead(decode_work(S, 0), n)  # S tokens over n live sequences
         # price(): sum(bd.values()) = 0 + linear + lm_head + attn_prefill (0.0) + attn_decode + ...
         seconds = (self._linear_seconds(S) + lm + 0.0) + attn + ar + over
         kept = n * ctx + n  # the live rows' pairs and KV tokens (_counts on the kept work)

@@ -52,7 +52,9 @@ class ContinuousPolicy(IterationPolicy):
     def schedule(self, now: float) -> StepPlan | None:
         self.preempt_for_priority(now)
         if self.params.mix_prefill_decode:
-            decodes = self.grow_decodes()  # leaves exactly these running (the newest are preempted)
+            # Under FCFS this leaves exactly these running (victims are the newest); under
+            # priority order a request that preempted itself may leave later ones unplanned.
+            decodes = self.grow_decodes()
             prefills = self.admit_prefills(self.prefill_room(), now)
         else:
             prefills = self.admit_prefills(self.prefill_room(), now)
