@@ -10,17 +10,24 @@ import copy
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
-from simbatch.engine.disaggregation.params import DisaggregationParams, parse_disaggregation
-from simbatch.engine.routers import ROUTERS
+from simbatch.control.params import KNOBS, ControlParams, parse_control
+from simbatch.disaggregation_params import DisaggregationParams, parse_disaggregation
+from simbatch.policies.routers import ROUTERS
 from simbatch.engines import EngineParams, parse_engine
 from simbatch.dotted import set_dotted  # noqa: F401  (re-exported: --set, sweep grids)
 from simbatch.errors import SimbatchError
+from simbatch.hardware import GPUSpec, get_gpu
+from simbatch.models import ModelSpec, get_model
 from simbatch.params import parse_params, require
-from simbatch.policies import parse_policy
+from simbatch.policies import PolicySpec, parse_policy, parse_policy_spec
 from simbatch.yamlio import compose, load_yaml, read_text
+
+if TYPE_CHECKING:
+    from simbatch.workload import Workload
 
 TOP_LEVEL = ("name", "description", "workload", "model", "hardware", "cluster", "policy",
              "policies", "cost_model", "kv_cache", "slo", "seed", "sweep", "control", "disaggregation",
@@ -160,18 +167,35 @@ class SLOParams:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Scenario:
-    """A checked scenario; ``data`` is the resolved YAML mapping (for reports and re-runs)."""
+    """A checked scenario, parsed once into typed, frozen specs that the engine reads.
+
+    ``data`` is the resolved YAML mapping, kept for reports, run ids and re-runs;
+    every ``with_*`` change and ``--set`` override goes through :func:`from_dict`
+    again, so the specs never disagree with it. The workload section stays a
+    mapping until :meth:`build_workload` (building it reads the trace)."""
 
     data: dict
     source: str  # file name, used in error messages
     base_dir: Path  # paths inside the scenario are relative to it
+    model: ModelSpec
+    gpu: GPUSpec  # the top-level hardware (a replica group or pool may name its own)
+    policy: PolicySpec  # the top-level policy
+    group_policies: tuple[PolicySpec, ...] = ()  # one per replica group, in cluster.groups order
+    control: ControlParams | None = None  # None: no controller (absent or disabled)
     cluster: ClusterParams = field(default_factory=ClusterParams)
     kv_cache: KVCacheParams = field(default_factory=KVCacheParams)
     slo: SLOParams = field(default_factory=SLOParams)
     disaggregation: DisaggregationParams | None = None  # None: no such section
     engine: EngineParams = field(default_factory=EngineParams)  # the serving engine's overhead and memory
+
+    def build_workload(self, seed: int | None = None) -> Workload:
+        """The scenario's requests (``seed``: the scenario's unless given)."""
+        from simbatch.workload import build_workload  # pandas, only when a run needs it
+
+        return build_workload(self.data["workload"], base_dir=self.base_dir,
+                              seed=self.seed if seed is None else seed, where=self.where("workload"))
 
     @property
     def is_disaggregated(self) -> bool:
@@ -212,8 +236,6 @@ class Scenario:
                 del group["policy"]
         control = data.get("control")
         if isinstance(control, dict):  # a controller that cannot drive this policy is dropped
-            from simbatch.control import KNOBS
-
             if (control.get("kind", "slo"), kind) not in KNOBS:
                 del data["control"]
         for name in ("prefill", "decode"):  # a disaggregated pool's own policy: the same rule
@@ -295,31 +317,33 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
             raise SimbatchError(f"{source}: {key}", "missing (required)")
     if not isinstance(data["policy"], dict):
         raise SimbatchError(f"{source}: policy", "must be a mapping with a kind, e.g. {kind: continuous}")
-    parse_policy(data["policy"], f"{source}: policy")
+    policy = parse_policy_spec(data["policy"], source)
     for kind, params in (data.get("policies") or {}).items():
         parse_policy({**(params or {}), "kind": kind}, f"{source}: policies.{kind}")
     seed = data.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise SimbatchError(f"{source}: seed", f"expected a non-negative integer, got {seed!r}")
-    if data.get("control") is not None:  # checked against the policy it will drive
-        from simbatch.control import parse_control
-
-        parse_control(data["control"], data["policy"].get("kind"), data.get("slo") or {}, f"{source}: control")
+    model = get_model(data["model"], f"{source}: model")
+    gpu = get_gpu(data["hardware"], f"{source}: hardware")
+    # checked against the policy it will drive
+    control = parse_control(data.get("control"), policy.kind, data.get("slo") or {}, f"{source}: control")
     cluster = parse_cluster(data.get("cluster"), f"{source}: cluster")
-    if cluster.is_grouped:
-        for i, group in enumerate(cluster.groups):
-            if group.policy is not None:
-                parse_policy(group.policy_spec(data["policy"]), f"{source}: cluster.replicas[{i}].policy")
+    group_policies = tuple(
+        policy if group.policy is None else
+        parse_policy_spec(group.policy_spec(data["policy"]), source, f"cluster.replicas[{i}].policy")
+        for i, group in enumerate(cluster.groups))
+    disaggregation = parse_disaggregation(data.get("disaggregation"), data["policy"], source)
     if data.get("variants") is not None:
         from simbatch.variants import check_variants  # below this module: it is handed from_dict
 
         check_variants(data, source, from_dict)
     return Scenario(
         data=data, source=source, base_dir=Path(base_dir or "."),
-        cluster=cluster,
+        model=model, gpu=gpu, policy=policy, group_policies=group_policies,
+        control=control, cluster=cluster,
         kv_cache=parse_params(KVCacheParams, data.get("kv_cache"), f"{source}: kv_cache"),
         slo=parse_params(SLOParams, data.get("slo"), f"{source}: slo"),
-        disaggregation=parse_disaggregation(data.get("disaggregation"), data["policy"], source),
+        disaggregation=disaggregation,
         engine=parse_engine(data.get("engine"), f"{source}: engine"),
     )
 

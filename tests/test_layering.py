@@ -23,6 +23,9 @@ FORBIDDEN = (
     ("simbatch.policies", "simbatch.engine"),
     ("simbatch.costmodel", "simbatch.engine"),
     ("simbatch.costmodel", "simbatch.calibrate"),
+    # The scenario is parsed into specs the engine reads; parsing never needs the engine.
+    ("simbatch.scenario", "simbatch.engine"),
+    ("simbatch.disaggregation_params", "simbatch.engine"),
 )
 
 

@@ -11,7 +11,7 @@ from simbatch.api import compare, run
 from simbatch.cli import main
 from simbatch.engine.dispatcher import dispatch
 from simbatch.engine.replica import Replica
-from simbatch.engine.routers import ROUTERS, StepClock, make_router
+from simbatch.policies.routers import ROUTERS, StepClock, make_router
 from simbatch.engine.simulation import simulate
 from simbatch.eventlog import EventLog
 from simbatch.kvcache import KVCache

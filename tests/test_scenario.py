@@ -68,3 +68,45 @@ def test_with_policy_takes_parameters_from_policies_section():
     assert sc.with_policy("static").data["policy"] == {"batch_size": 3, "kind": "static"}
     assert sc.with_policy("continuous").data["policy"] == {"kind": "continuous", "max_num_seqs": 64}
     assert sc.with_policy("dynamic").data["policy"] == {"kind": "dynamic"}
+
+
+def test_a_bad_model_or_gpu_is_caught_when_the_scenario_is_read_not_when_it_runs():
+    for field, value in (("model", "llama-9-1t"), ("hardware", "a900")):
+        with pytest.raises(SimbatchError) as err:
+            from_dict({**BASE, field: value}, "x.yaml")
+        assert err.value.where == f"x.yaml: {field}"
+
+
+def test_the_scenario_is_parsed_once_into_frozen_specs_that_runs_read(monkeypatch):
+    """Every policy (top level, each replica group, each disaggregated pool) and the
+    controller are parsed by from_dict; building and running the scenario never parses
+    them again, and the specs cannot be changed behind the raw mapping's back."""
+    import dataclasses
+
+    import simbatch.control.params
+    import simbatch.policies
+    from simbatch.api import run
+    from tests.test_disaggregation import scenario_data
+
+    grouped = {**BASE, "workload": {"requests": [{"prompt": 40, "output": 3}] * 6},
+               "cluster": {"replicas": [{"count": 1}, {"count": 1, "policy": {"kind": "chunked_prefill"}}]},
+               "slo": {"ttft_ms": 500}, "control": {"kind": "slo"}}
+    split = scenario_data([{"prompt": 40, "output": 3}] * 6)
+    scenarios = [from_dict(grouped, "g.yaml"), from_dict(split, "d.yaml")]
+    sc = scenarios[0]
+    assert [p.kind for p in sc.group_policies] == ["continuous", "chunked_prefill"]
+    assert sc.group_policies[1].field == "cluster.replicas[1].policy"
+    assert sc.control is not None and sc.control.kind == "slo"
+    assert {k: p.kind for k, p in scenarios[1].disaggregation.policies.items()} == {
+        "prefill": "continuous", "decode": "continuous"}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sc.model = None
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("parsed again while running")
+
+    # Replace the functions' code, so that every reference to them refuses, however imported.
+    for parser in (simbatch.policies.parse_policy, simbatch.control.params.parse_control):
+        monkeypatch.setattr(parser, "__code__", refuse.__code__)
+    for scenario in scenarios:
+        assert run(scenario).requests["finish_s"].notna().all()

@@ -164,14 +164,13 @@ def bench_engine_overhead(backend, spec: ModelSpec, seed: int,
     wall-clock run of the real engine (continuous batching) on this backend."""
     from simbatch.scenario import from_dict
     from simbatch.engine.realtime import run_realtime
-    from simbatch.workload import build_workload
 
     data = {"name": "calibrate_engine", "workload": {"requests": engine_workload(seed, spec.max_context)},
             "model": dataclasses.asdict(spec), "hardware": "a100-80gb",
             "policy": {"kind": "continuous", "max_num_seqs": 16, "max_num_batched_tokens": 512},
             "kv_cache": {"block_size": backend.pool.block_size}, "seed": seed}
     scenario = from_dict(data, "calibrate")
-    workload = build_workload(data["workload"], base_dir=scenario.base_dir, seed=seed, where="calibrate")
+    workload = scenario.build_workload()
     start = time.perf_counter()
     run_realtime(scenario, workload, backend)
     by_seqs: dict[int, list[float]] = {}

@@ -210,10 +210,7 @@ def size_for(prober: Prober, boundaries: list[Boundary], scale: float) -> dict[C
 
 def base_workload(scenario: Scenario, seed: int):
     """The scenario's workload as given (its rate_scale) with ``seed``: what k = 1 replays."""
-    from simbatch.workload import build_workload
-
-    w = build_workload(scenario.data["workload"], base_dir=scenario.base_dir, seed=seed,
-                       where=scenario.where("workload"))
+    w = scenario.build_workload(seed)
     if offered_rate(w.arrival_s) <= 0:
         raise SimbatchError(scenario.where("workload"), "every request arrives at once, so there is no rate "
                                                         "to scale; give an arrival process, e.g. "
@@ -229,14 +226,10 @@ def check_candidates(scenario: Scenario, candidates: list[Candidate], workloads:
     cannot split into, only skips that candidate.
     """
     from simbatch.engine.setup import build_backend, check_requests_fit, kv_blocks_per_replica
-    from simbatch.hardware import get_gpu
-    from simbatch.models import get_model
-
     names, skipped = {}, {}
     for c in candidates:
         sc = candidate_scenario(scenario, c, 1.0, scenario.seed)
-        gpu = get_gpu(sc.data["hardware"], sc.where("hardware"))
-        model = get_model(sc.data["model"], sc.where("model"))
+        gpu, model = sc.gpu, sc.model
         names[c] = names[c.with_replicas(1)] = gpu.name
         try:
             build_backend(sc)  # the candidate's TP degree is in sc.cluster

@@ -151,6 +151,4 @@ def _ints(text: str | None, flag: str, minimum: int = 1) -> list[int] | None:
 
 
 def _gpu_names(scenario, hardware: list[str] | None) -> set[str]:
-    from simbatch.hardware import get_gpu
-
-    return set(hardware or [get_gpu(scenario.data["hardware"], scenario.where("hardware")).name])
+    return set(hardware or [scenario.gpu.name])

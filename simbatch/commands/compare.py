@@ -29,7 +29,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> None:
     from simbatch.api import compare, write_compare
-    from simbatch.engine.routers import check_router
+    from simbatch.policies.routers import check_router
     from simbatch.policies import policy_class
     from simbatch.report import format_comparison
 
@@ -82,7 +82,7 @@ def run(args) -> None:
 
 def check_layouts(layouts: list[str], scenario) -> None:
     """``--layouts`` names known layouts, and ``disaggregated`` needs a ``disaggregation`` section."""
-    from simbatch.engine.disaggregation.params import LAYOUTS
+    from simbatch.disaggregation_params import LAYOUTS
     from simbatch.errors import SimbatchError
 
     for name in layouts:

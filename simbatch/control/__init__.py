@@ -19,18 +19,18 @@ __all__ = ["KNOBS", "AdaptiveDelay", "ControlParams", "SLOController", "attach_c
 CONTROL_COLUMNS = ("time_s", "replica", "knob", "value", "action", "ttft_ms", "tpot_ms", "busy")
 
 
-def attach_controller(replica, spec: dict | None, slo: dict, where: str) -> None:
-    """Give ``replica`` the controller the scenario's ``control:`` section ``spec`` describes
-    (nothing when absent or disabled; a policy the controller cannot drive, e.g. under
-    ``compare``, runs without it and the run log says so)."""
+def attach_controller(replica, params: ControlParams | None, slo: dict) -> None:
+    """Give ``replica`` the controller of the scenario's parsed ``control:`` section
+    (``params``; None when absent or disabled: nothing). A policy the controller cannot
+    drive (a replica group's own, or another kind under ``compare``) runs without it, and
+    the run log says so."""
     policy = replica.policy
-    kind = (spec or {}).get("kind", "slo")
-    if spec is None or (kind, policy.kind) not in KNOBS:
-        if spec is not None and (spec.get("enabled", True)) and replica.index == 0:
-            replica.log.note(f"control: a {kind} controller cannot drive a {policy.kind} policy; ran without it")
-        return
-    params = parse_control(spec, policy.kind, slo, where)
     if params is None:
+        return
+    if (params.kind, policy.kind) not in KNOBS:
+        if replica.index == 0:
+            replica.log.note(f"control: a {params.kind} controller cannot drive a {policy.kind} policy; "
+                             f"ran without it")
         return
     knob = KNOBS[(params.kind, policy.kind)]
     if params.kind == "slo":

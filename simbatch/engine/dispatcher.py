@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import simpy
 
-from simbatch.engine.routers import RoundRobinRouter, Router
+from simbatch.policies.routers import RoundRobinRouter, Router
 from simbatch.eventlog import EventLog
 from simbatch.prefix_cache import prefix_labels
 from simbatch.sequence import Sequence

@@ -13,8 +13,7 @@ from simbatch.errors import SimbatchError
 from simbatch.eventlog import EventLog
 from simbatch.hardware import GPUSpec, get_gpu
 from simbatch.kvcache import kv_capacity_blocks, reserved_tokens
-from simbatch.models import ModelSpec, get_model
-from simbatch.policies import parse_policy
+from simbatch.models import ModelSpec
 from simbatch.scenario import Scenario
 from simbatch.sequence import FINISHED, Sequence
 from simbatch.workload import Workload
@@ -85,14 +84,14 @@ class RunResult:
 
 def kv_blocks_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
                           tensor_parallel: int | None = None, where: str = "hardware",
-                          policy: dict | None = None) -> int:
-    """KV capacity of one replica (TP degree: the cluster's unless given) running ``policy``
-    (the scenario's unless given: the engine's start-up profiling pass depends on it); a
-    model that leaves no room for KV is a user error naming ``where``."""
+                          policy_params=None) -> int:
+    """KV capacity of one replica (TP degree: the cluster's unless given) running a policy
+    with ``policy_params`` (the scenario's policy's unless given: the engine's start-up
+    profiling pass depends on it); a model that leaves no room for KV is a user error
+    naming ``where``."""
     kv = scenario.kv_cache
     tp = tensor_parallel or scenario.cluster.tensor_parallel
-    spec = policy or scenario.data["policy"]
-    _, params = parse_policy(spec, scenario.where("policy"))
+    params = scenario.policy.params if policy_params is None else policy_params
     reserved = scenario.engine.reserved_bytes(model, tp, params, gpu.memory_bytes)
     blocks = kv_capacity_blocks(
         gpu_memory_bytes=gpu.memory_bytes, weight_bytes=model.weight_bytes,
@@ -173,7 +172,7 @@ def replica_backend(scenario: Scenario, model: ModelSpec, own, field) -> tuple[G
 def build_backend(scenario: Scenario) -> tuple[ModelSpec, GPUSpec, object]:
     """The scenario's model, GPU and cost model (the first replica group's; every group is
     built, so every group's errors surface; they name the scenario's fields)."""
-    model = get_model(scenario.data["model"], scenario.where("model"))
+    model = scenario.model
     built = [group_backend(scenario, model, i) for i in range(len(scenario.cluster.groups))]
     gpu, _, backend = built[0]
     return model, gpu, backend

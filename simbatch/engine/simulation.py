@@ -11,7 +11,7 @@ from simbatch.control import attach_controller
 from simbatch.engine.dispatcher import dispatch
 from simbatch.engine.disaggregation.build import simulate_disaggregated
 from simbatch.engine.replica import Replica
-from simbatch.engine.routers import ROUTER_CLASSES, StepClock
+from simbatch.policies.routers import ROUTER_CLASSES, StepClock
 from simbatch.engine.setup import (
     ReplicaGroupSetup,
     RunResult,
@@ -22,12 +22,11 @@ from simbatch.engine.setup import (
     kv_blocks_per_replica,
 )
 from simbatch.eventlog import EventLog
-from simbatch.models import ModelSpec, get_model
-from simbatch.policies import parse_policy
+from simbatch.models import ModelSpec
 from simbatch.prefix_cache import build_kv_cache
 from simbatch.scenario import Scenario
 from simbatch.sequence import Sequence
-from simbatch.workload import Workload, build_workload
+from simbatch.workload import Workload
 
 
 def build_groups(scenario: Scenario, model: ModelSpec) -> list[ReplicaGroupSetup]:
@@ -35,11 +34,9 @@ def build_groups(scenario: Scenario, model: ModelSpec) -> list[ReplicaGroupSetup
     groups = []
     for i, group in enumerate(scenario.cluster.groups):
         gpu, tp, backend = group_backend(scenario, model, i)
-        spec = group.policy_spec(scenario.data["policy"])
-        blocks = kv_blocks_per_replica(scenario, model, gpu, tp, group_field(scenario, i, "hardware"), spec)
-        policy_cls, params = parse_policy(spec,
-                                          scenario.where(group_field(scenario, i, "policy")))
-        groups.append(ReplicaGroupSetup(i, group.count, gpu, tp, backend, policy_cls, params, blocks))
+        policy = scenario.group_policies[i]
+        blocks = kv_blocks_per_replica(scenario, model, gpu, tp, group_field(scenario, i, "hardware"), policy.params)
+        groups.append(ReplicaGroupSetup(i, group.count, gpu, tp, backend, policy.cls, policy.params, blocks))
     return groups
 
 
@@ -59,8 +56,7 @@ def build_replicas(env: simpy.Environment, scenario: Scenario, groups: list[Repl
             # Only a router that reads the step in flight pays for the clock's extra call per step.
             backend = StepClock(group.backend, env) if router_cls.needs_step_clock else group.backend
             replicas.append(Replica(env, len(replicas), policy, backend, log, seqs, fast_forward))
-            attach_controller(replicas[-1], scenario.data.get("control"), scenario.slo.as_dict(),
-                              scenario.where("control"))
+            attach_controller(replicas[-1], scenario.control, scenario.slo.as_dict())
     return replicas, router_cls(replicas)
 
 
@@ -89,17 +85,14 @@ def run_cluster(scenario: Scenario, *, workload: Workload | None = None, env: si
     capacity), ``on_free`` (see :func:`build_replicas`) and ``before_run`` (called right
     before the clock starts).
     """
-    d = scenario.data
     if workload is None:
-        workload = build_workload(d["workload"], base_dir=scenario.base_dir, seed=scenario.seed,
-                                  where=scenario.where("workload"))
-    model = get_model(d["model"], scenario.where("model"))
+        workload = scenario.build_workload()
+    model = scenario.model
     groups = build_groups(scenario, model)
     if backend is not None or kv_blocks is not None:
         groups = [replace(g, backend=backend if backend is not None else g.backend,
                           kv_blocks=kv_blocks if kv_blocks is not None else g.kv_blocks) for g in groups]
     check_requests_fit(workload, scenario, max(g.kv_blocks for g in groups), model)
-    _, params = parse_policy(d["policy"], scenario.where("policy"))
 
     log = EventLog(len(workload), scenario.cluster.replicas)
     for note in workload.notes:
@@ -113,4 +106,4 @@ def run_cluster(scenario: Scenario, *, workload: Workload | None = None, env: si
     env.run()
     flush_unfinished(seqs, replicas, log)
     first = groups[0]
-    return RunResult(scenario, workload, log, model, first.gpu, first.backend, params, groups), replicas
+    return RunResult(scenario, workload, log, model, first.gpu, first.backend, scenario.policy.params, groups), replicas

@@ -8,6 +8,8 @@ A built-in policy is a class (with a ``Params`` dataclass) listed in
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from simbatch.errors import SimbatchError
 from simbatch.params import parse_params
 from simbatch.policies.base import Policy
@@ -29,4 +31,25 @@ def parse_policy(spec: dict, where: str = "policy"):
     return cls, parse_params(cls.Params, spec, where, ignore=("kind",))
 
 
-__all__ = ["POLICIES", "Policy", "load_policy_file", "parse_policy", "policy_class", "register_policy"]
+@dataclass(frozen=True)
+class PolicySpec:
+    """A parsed ``policy:`` section: the policy class, its checked parameters, and the
+    scenario field (``policy``, ``cluster.replicas[1].policy``, ...) it was read from."""
+
+    cls: type[Policy]
+    params: object
+    field: str = "policy"
+
+    @property
+    def kind(self) -> str:
+        return self.cls.kind
+
+
+def parse_policy_spec(spec: dict, source: str, field_path: str = "policy") -> PolicySpec:
+    """:func:`parse_policy` on the mapping at ``field_path`` of scenario file ``source``."""
+    cls, params = parse_policy(spec, f"{source}: {field_path}")
+    return PolicySpec(cls, params, field_path)
+
+
+__all__ = ["POLICIES", "Policy", "PolicySpec", "load_policy_file", "parse_policy", "parse_policy_spec",
+           "policy_class", "register_policy"]

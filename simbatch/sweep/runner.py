@@ -71,7 +71,6 @@ def check_points(scenario: Scenario, grid: Grid, points: list[Point]) -> None:
     Each distinct ``workload`` section is built once (cheap next to a run).
     """
     from simbatch.engine.setup import build_backend
-    from simbatch.workload import build_workload
 
     built = set()
     for p in points:
@@ -80,7 +79,7 @@ def check_points(scenario: Scenario, grid: Grid, points: list[Point]) -> None:
             build_backend(sc)
             key = json.dumps(p.data["workload"], sort_keys=True, default=str)
             if key not in built:
-                build_workload(p.data["workload"], base_dir=sc.base_dir, seed=sc.seed, where=sc.where("workload"))
+                sc.build_workload()
                 built.add(key)
         except SimbatchError as exc:
             raise blame(exc, scenario.source, grid.labels) from None

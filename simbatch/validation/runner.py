@@ -14,11 +14,8 @@ import pandas as pd
 from simbatch.engine.setup import RunResult
 from simbatch.engine.simulation import run_cluster
 from simbatch.errors import SimbatchError
-from simbatch.hardware import get_gpu
-from simbatch.models import get_model
 from simbatch.scenario import Scenario
 from simbatch.validation.compare import pair_steps, policy_validation
-from simbatch.workload import build_workload
 
 POLICY_ORDER = ("static", "dynamic", "continuous", "chunked_prefill")
 # Torch threads of a CPU validation unless told: one thread is far steadier on a machine shared
@@ -73,10 +70,8 @@ def validate(scenario: Scenario, device: str = "cpu", policies: list[str] | None
 
     progress = progress or _stderr
     kinds = _policy_kinds(policies)
-    d = scenario.data
-    model, gpu = get_model(d["model"], scenario.where("model")), get_gpu(d["hardware"], scenario.where("hardware"))
-    workload = build_workload(d["workload"], base_dir=scenario.base_dir, seed=scenario.seed,
-                              where=scenario.where("workload"))
+    model, gpu = scenario.model, scenario.gpu
+    workload = scenario.build_workload()
     check_validatable(scenario, workload, model)
     given = _profile_dir(profile) if profile is not None else None
     if threads is None and device == "cpu":

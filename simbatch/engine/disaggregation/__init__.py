@@ -1,8 +1,9 @@
 """Prefill/decode disaggregation: a prefill pool, a KV-cache transfer, a decode pool.
 
-``params`` reads the scenario's ``disaggregation:`` section, ``handoff`` holds
-the prefill and decode replicas and the transfer between them, ``build``
-assembles a run. Rules and sources: docs/policies.md, "Prefill/decode
-disaggregation". Submodules are imported where used (``simbatch.scenario``
-imports ``params``; ``build`` imports the engine, which imports the scenario).
+:mod:`simbatch.disaggregation_params` reads the scenario's ``disaggregation:``
+section (below the engine: the scenario parses it); here ``handoff`` holds the
+prefill and decode replicas and the transfer between them, ``build`` assembles
+a run. Rules and sources: docs/policies.md, "Prefill/decode disaggregation".
+Submodules are imported where used (``build`` imports the engine, which
+imports the scenario).
 """

@@ -17,7 +17,7 @@ from simbatch.engine.disaggregation.handoff import (
     PrefillReplica,
 )
 from simbatch.engine.dispatcher import serve_limits
-from simbatch.engine.routers import ROUTER_CLASSES, StepClock
+from simbatch.policies.routers import ROUTER_CLASSES, StepClock
 from simbatch.engine.setup import (
     ReplicaGroupSetup,
     RunResult,
@@ -29,12 +29,11 @@ from simbatch.engine.setup import (
 )
 from simbatch.errors import SimbatchError
 from simbatch.eventlog import EventLog
-from simbatch.models import ModelSpec, get_model
-from simbatch.policies import parse_policy
+from simbatch.models import ModelSpec
 from simbatch.prefix_cache import build_kv_cache, prefix_labels
 from simbatch.scenario import Scenario
 from simbatch.sequence import Sequence
-from simbatch.workload import Workload, build_workload
+from simbatch.workload import Workload
 
 POOLS = ("prefill", "decode")
 
@@ -59,13 +58,11 @@ def pool_field(scenario: Scenario, pool: str, name: str) -> str:
 
 def build_pool(scenario: Scenario, model: ModelSpec, index: int, pool: str) -> PoolSetup:
     """Pool ``pool``'s GPU, TP degree, cost model, KV capacity and policy, checked."""
-    d, dis = scenario.data, scenario.disaggregation
+    dis = scenario.disaggregation
+    policy = dis.policies[pool]
     gpu, tp, backend = replica_backend(scenario, model, dis.pool(pool), lambda f: pool_field(scenario, pool, f))
-    spec = dis.policy_spec(pool, d["policy"])
-    blocks = kv_blocks_per_replica(scenario, model, gpu, tp, pool_field(scenario, pool, "hardware"), spec)
-    policy_cls, params = parse_policy(spec,
-                                      scenario.where(pool_field(scenario, pool, "policy")))
-    return PoolSetup(index, dis.pool(pool).replicas, gpu, tp, backend, policy_cls, params, blocks,
+    blocks = kv_blocks_per_replica(scenario, model, gpu, tp, pool_field(scenario, pool, "hardware"), policy.params)
+    return PoolSetup(index, dis.pool(pool).replicas, gpu, tp, backend, policy.cls, policy.params, blocks,
                      pool=pool, router=dis.pool_router(pool))
 
 
@@ -147,15 +144,12 @@ def simulate_disaggregated(scenario: Scenario, fast_forward: bool = True) -> Run
 def run_pools(scenario: Scenario, fast_forward: bool = True) -> tuple[RunResult, list]:
     """:func:`simulate_disaggregated`, also returning every replica (prefill pool first), as
     left at the end of the run (tests read their KV caches)."""
-    d, dis = scenario.data, scenario.disaggregation
-    workload = build_workload(d["workload"], base_dir=scenario.base_dir, seed=scenario.seed,
-                              where=scenario.where("workload"))
-    model = get_model(d["model"], scenario.where("model"))
+    dis, model = scenario.disaggregation, scenario.model
+    workload = scenario.build_workload()
     pools = [build_pool(scenario, model, i, name) for i, name in enumerate(POOLS)]
     check_pool_fits(workload, scenario, pools[0], held_tokens(scenario, workload.prompt_tokens, 1, model.max_context))
     check_pool_fits(workload, scenario, pools[1],
                     held_tokens(scenario, workload.prompt_tokens, workload.output_tokens, model.max_context))
-    _, params = parse_policy(d["policy"], scenario.where("policy"))
 
     log = EventLog(len(workload), sum(p.count for p in pools))
     log.enable_disaggregation()
@@ -174,7 +168,7 @@ def run_pools(scenario: Scenario, fast_forward: bool = True) -> tuple[RunResult,
                                  scenario.engine.request_s))
     env.run()
     flush_unfinished(seqs, prefill + decode, log)
-    result = RunResult(scenario, workload, log, model, pools[0].gpu, pools[0].backend, params, pools,
+    result = RunResult(scenario, workload, log, model, pools[0].gpu, pools[0].backend, scenario.policy.params, pools,
                        disaggregation=describe(dis, pools))
     return result, prefill + decode
 

@@ -14,13 +14,13 @@ disaggregation:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from simbatch.engine.routers import ROUTERS
+from simbatch.policies.routers import ROUTERS
 from simbatch.errors import SimbatchError
 from simbatch.links import Link, get_link
 from simbatch.params import parse_params, require
-from simbatch.policies import parse_policy
+from simbatch.policies import PolicySpec, parse_policy_spec
 
 LAYOUTS = ("colocated", "disaggregated")
 TRANSFER_MODES = ("push", "pull")
@@ -88,6 +88,8 @@ class DisaggregationParams:
     decode: PoolParams = field(default_factory=PoolParams)
     link: Link | None = None
     transfer: TransferParams = field(default_factory=TransferParams)
+    # Each pool's parsed policy (its own, else the scenario's; filled when enabled).
+    policies: dict[str, PolicySpec] = field(default_factory=dict)
 
     def __post_init__(self):
         require(self.router in ROUTERS, "router", f"unknown router {self.router!r}; allowed: {', '.join(ROUTERS)}")
@@ -151,18 +153,19 @@ def parse_disaggregation(values, base_policy: dict, source: str) -> Disaggregati
     params = DisaggregationParams(params.enabled, params.router, params.layouts, pools["prefill"],
                                   pools["decode"], link, transfer)
     if params.enabled:
-        check_pool_policies(params, base_policy, source)
+        params = replace(params, policies=pool_policies(params, base_policy, source))
     return params
 
 
-def check_pool_policies(params: DisaggregationParams, base_policy: dict, source: str) -> None:
-    """Each pool's policy parses and is iteration-level; errors name the pool's policy, or the
-    scenario's ``policy`` when the pool inherits it."""
+def pool_policies(params: DisaggregationParams, base_policy: dict, source: str) -> dict[str, PolicySpec]:
+    """Each pool's policy, parsed and checked to be iteration-level; errors name the pool's
+    policy, or the scenario's ``policy`` when the pool inherits it."""
+    out = {}
     for name in POOLS:
         own = params.pool(name).policy is not None
-        at = f"{source}: disaggregation.{name}.policy" if own else f"{source}: policy"
-        spec = params.policy_spec(name, base_policy)
-        parse_policy(spec, at)
-        if spec.get("kind") not in POOL_POLICIES:
-            raise SimbatchError(f"{at}.kind", f"a disaggregated {name} pool runs {' or '.join(POOL_POLICIES)}, "
-                                              f"not {spec.get('kind')!r}")
+        at = f"disaggregation.{name}.policy" if own else "policy"
+        out[name] = parse_policy_spec(params.policy_spec(name, base_policy), source, at)
+        if out[name].kind not in POOL_POLICIES:
+            raise SimbatchError(f"{source}: {at}.kind", f"a disaggregated {name} pool runs "
+                                                        f"{' or '.join(POOL_POLICIES)}, not {out[name].kind!r}")
+    return out
