@@ -160,10 +160,9 @@ def replica_backend(scenario: Scenario, model: ModelSpec, own, field) -> tuple[G
     """GPU, TP degree and cost model of replicas whose spec ``own`` may set ``hardware``,
     ``tensor_parallel`` and ``cost_model`` (None: the scenario's); ``field(name)`` is the
     dotted field an error about ``name`` points at (a group's, a pool's)."""
-    d = scenario.data
-    gpu = get_gpu(d["hardware"] if own.hardware is None else own.hardware, scenario.where(field("hardware")))
+    gpu = scenario.gpu if own.hardware is None else get_gpu(own.hardware, scenario.where(field("hardware")))
     tp = own.tensor_parallel or scenario.cluster.tensor_parallel
-    spec = d.get("cost_model") if own.cost_model is None else own.cost_model
+    spec = scenario.data.get("cost_model") if own.cost_model is None else own.cost_model
     backend = build_cost_model(spec, model, gpu, tp, scenario.where(field("cost_model")), base_dir=scenario.base_dir,
                                overhead=scenario.engine.overhead_params(), engine_where=scenario.where("engine"))
     return gpu, tp, backend
