@@ -177,7 +177,7 @@ def test_comparison_table_columns_and_missing():
                                "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "itl_p99_ms",
                                "e2el_p50_ms", "e2el_p99_ms", "queue_p50_ms", "goodput", "gpus", "goodput_per_gpu",
                                "slo_attainment",
-                               "padding_waste_frac", "busy_frac", "mfu", "mbu", "kv_peak_frac", "preemptions",
+                               "padding_waste_frac", "slot_use_frac", "busy_frac", "mfu", "mbu", "kv_peak_frac", "preemptions",
                                "prefix_hit_frac"]
     assert t["policy"].tolist() == ["fcfs", "static"]
     assert t["prefix_hit_frac"].isna().all()  # no prefix cache: NaN, and the terminal view leaves it out

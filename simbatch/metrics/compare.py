@@ -23,6 +23,7 @@ COMPARISON_COLUMNS = (
     ("gpus", "hardware", "gpus"),  # GPUs the run used (replicas x TP), so layouts compare per GPU
     ("slo_attainment", "slo_attainment", None),
     ("padding_waste_frac", "padding_waste_frac", None),
+    ("slot_use_frac", "slot_use_frac", None),
     ("busy_frac", "busy_frac", None),
     ("mfu", "mfu", None),
     ("mbu", "mbu", None),

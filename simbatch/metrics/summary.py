@@ -28,6 +28,7 @@ SUMMARY_KEYS = (
     "goodput",
     "slo_attainment",
     "padding_waste_frac",
+    "slot_use_frac",
     "busy_frac",
     "mfu",
     "mbu",
@@ -151,10 +152,12 @@ def _busy_peak(steps: pd.DataFrame, busy: float, peak) -> float:
 
 def _step_metrics(log: EventLog, steps: pd.DataFrame, duration: float, peak_flops: float,
                   peak_bandwidth: float, gpus: int) -> dict:
-    """Padding waste, busy fraction, MFU/MBU (while busy) and KV peak from the step columns."""
+    """Padding waste, slot use, busy fraction, MFU/MBU (while busy) and KV peak from the step columns."""
     busy = float(steps["duration_s"].sum())
     kept = float(steps["prefill_tokens"].sum() + steps["decode_tokens"].sum())
     padded = float(steps["padded_tokens"].sum())
+    # A padded batch computes a row for every slot until its longest request is done.
+    seats, slots = float(steps["num_seqs"].sum()), float(steps["num_slots"].sum())
     # useful_flops/bytes are per GPU: the replica's gpus do that much each, against
     # gpus x peak, so ``gpus`` cancels; it is kept to state the formula fully.
     flops = float(steps["useful_flops"].sum()) * gpus
@@ -167,6 +170,7 @@ def _step_metrics(log: EventLog, steps: pd.DataFrame, duration: float, peak_flop
         kv_peak = _num((steps["kv_used_blocks"].to_numpy()[known] / step_cap[known]).max())
     return {
         "padding_waste_frac": _ratio(padded, kept + padded),
+        "slot_use_frac": _ratio(seats, slots),
         "busy_frac": _ratio(busy, duration * log.num_replicas),
         "mfu": _ratio(flops, _busy_peak(steps, busy, peak_flops) * gpus),
         "mbu": _ratio(nbytes, _busy_peak(steps, busy, peak_bandwidth) * gpus),

@@ -24,6 +24,7 @@ COMPARISON_VIEW = (
     ("goodput/GPU", "goodput_per_gpu", "num"),
     ("SLO %", "slo_attainment", "pct"),
     ("pad %", "padding_waste_frac", "pct"),
+    ("slots %", "slot_use_frac", "pct"),
     ("busy %", "busy_frac", "pct"),
     ("MFU %", "mfu", "pct"),
     ("MBU %", "mbu", "pct"),
@@ -108,8 +109,10 @@ def format_comparison_markdown(table: pd.DataFrame) -> str:
 def format_summary(summary: dict, title: str) -> str:
     """One run's summary as a compact aligned block for the terminal."""
     s = summary
+    cm = s.get("cost_model")
+    priced_by = f" (priced by the {cm.get('kind')} cost model)" if isinstance(cm, dict) and cm.get("kind") else ""
     head = [
-        f"== {title} ==",
+        f"== {title}{priced_by} ==",
         f"requests      {s['num_requests']} ({s['completed']} completed) in {fmt_num(s['duration_s'])} s",
         f"throughput    {fmt_num(s['request_throughput'])} req/s, {fmt_num(s['output_throughput'])} output tok/s,"
         f" {fmt_num(s['total_token_throughput'])} total tok/s",
@@ -121,11 +124,11 @@ def format_summary(summary: dict, title: str) -> str:
     lat = render(["latency (ms)", "mean", "p50", "p90", "p99"], lat_rows)
     tail = [
         f"goodput       {fmt_num(s['goodput'])} req/s, SLO attainment {fmt_pct(s['slo_attainment'])} %",
-        f"padding waste {fmt_pct(s['padding_waste_frac'])} %, busy {fmt_pct(s['busy_frac'])} %",
+        f"padding waste {fmt_pct(s['padding_waste_frac'])} % of tokens, slots used {fmt_pct(s['slot_use_frac'])} %,"
+        f" busy {fmt_pct(s['busy_frac'])} %",
         f"MFU {fmt_pct(s['mfu'])} %, MBU {fmt_pct(s['mbu'])} % (while busy), KV peak {fmt_pct(s['kv_peak_frac'])} %",
         f"preemptions   {s['preemptions']}",
     ]
-    cm = s.get("cost_model")
     if isinstance(cm, dict):  # which cost model priced the steps, and from what data
         tail.append(f"cost model    {cm.get('kind')} ({cm.get('source')})")
     engine = s.get("engine")
