@@ -1,22 +1,38 @@
-"""The scenarios shipped in a source checkout's ``scenarios/`` folder, found by name."""
+"""The bundled scenarios, found by name (``simbatch run chat``).
+
+Their one source is the repository's ``scenarios/`` folder. A wheel ships it
+inside the package as ``simbatch/scenarios`` (``setup.py`` maps the folder), so
+names resolve after a plain ``pip install .``; an editable install or a
+checkout reads the folder itself.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-SOURCE_SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
+PACKAGED_SCENARIOS = Path(__file__).resolve().parent / "scenarios"  # a wheel's copy
+SOURCE_SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"  # the source tree's
+
+
+def bundled_dir() -> Path | None:
+    """Where this installation's bundled scenarios are (None: neither place has them)."""
+    for folder in (PACKAGED_SCENARIOS, SOURCE_SCENARIOS):
+        if (folder / "classroom.yaml").is_file():
+            return folder
+    return None
 
 
 def scenarios_dir(start: Path | None = None) -> Path:
-    """The bundled ``scenarios/`` folder: the source tree's (an editable install or a
-    checkout), else the first one above ``start`` (default: the working directory)."""
-    if (SOURCE_SCENARIOS / "classroom.yaml").is_file():
-        return SOURCE_SCENARIOS
+    """The bundled ``scenarios/`` folder: the installed package's or the source tree's,
+    else the first one above ``start`` (default: the working directory)."""
+    folder = bundled_dir()
+    if folder is not None:
+        return folder
     start = Path.cwd() if start is None else Path(start)
     for folder in (start, *start.parents):
         if (folder / "scenarios" / "classroom.yaml").is_file():
             return folder / "scenarios"
-    raise FileNotFoundError("no bundled scenarios/ folder: work inside a simbatch checkout")
+    raise FileNotFoundError("no bundled scenarios/ folder: reinstall simbatch (pip install .)")
 
 
 def resolve_scenario_path(arg: str | Path) -> Path:
@@ -24,5 +40,6 @@ def resolve_scenario_path(arg: str | Path) -> Path:
     path = Path(arg)
     if path.exists() or path.suffix in (".yaml", ".yml"):
         return path
-    bundled = SOURCE_SCENARIOS / f"{arg}.yaml"
+    folder = bundled_dir()
+    bundled = folder / f"{arg}.yaml" if folder is not None else path
     return bundled if bundled.exists() else path

@@ -57,6 +57,18 @@ def test_classroom_static_batch_idles_the_short_requests_slot():
     assert cont.summary["duration_s"] < out.summary["duration_s"]
 
 
+def test_one_static_batch_uses_the_share_of_its_slots_the_outputs_fill():
+    """The classic picture: a static batch computes every slot until its longest request
+    is done, so it uses sum(outputs) / (batch x longest output) of them (the prefill step
+    emits each request's first token with every slot live, the other steps decode)."""
+    out = run(load_scenario(ROOT / "scenarios" / "one_batch.yaml"))
+    outputs = [32, 64, 256, 16]
+    assert out.summary["slot_use_frac"] == pytest.approx(sum(outputs) / (4 * max(outputs)), rel=1e-12)
+    assert out.summary["slot_use_frac"] < 0.36
+    cont = run(load_scenario(ROOT / "scenarios" / "one_batch.yaml", ["policy.kind=continuous"]))
+    assert cont.summary["slot_use_frac"] == 1.0  # iteration-level: no padding rows
+
+
 def test_bundled_scenarios_load_by_name_and_the_folder_is_public(tmp_path, monkeypatch):
     import simbatch
 

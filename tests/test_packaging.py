@@ -1,0 +1,59 @@
+"""A non-editable install works as the README says: bundled scenario names resolve.
+
+Builds the wheel from this checkout (no network: the build uses the setuptools already
+installed), installs it into a temporary folder, and runs the CLI from an empty working
+directory with only that folder ahead of the installed dependencies, so neither the
+source tree nor an editable install can supply the scenarios.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    pytest.importorskip("setuptools", reason="building the wheel needs setuptools")
+    tmp = tmp_path_factory.mktemp("wheel")
+    # Built from a copy: setuptools leaves build/ and *.egg-info beside the sources.
+    src = shutil.copytree(ROOT, tmp / "src", ignore=shutil.ignore_patterns(
+        ".git", "runs", "out", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis"))
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                            "-w", str(tmp / "dist"), str(src)], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr[-2000:]
+    wheel = next((tmp / "dist").glob("simbatch-*.whl"))
+    site = tmp / "site"
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(site)  # a wheel is installed by unpacking it (PEP 427)
+    return site
+
+
+def simbatch(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    return subprocess.run([sys.executable, "-m", "simbatch", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_wheel_ships_every_bundled_scenario(installed):
+    shipped = {p.name for p in (installed / "simbatch" / "scenarios").glob("*.yaml")}
+    assert shipped == {p.name for p in (ROOT / "scenarios").glob("*.yaml")}
+
+
+def test_bundled_names_resolve_after_a_plain_install(installed, tmp_path):
+    out = simbatch(installed, tmp_path, "run", "one_batch", "--out", "out")
+    assert out.returncode == 0, out.stderr
+    assert "== one_batch: static" in out.stdout and "slots used 35.9 %" in out.stdout
+    assert (tmp_path / "out" / "summary.json").is_file()
+    where = subprocess.run([sys.executable, "-c", "import simbatch.bundled as b; print(b.bundled_dir())"],
+                           cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(installed)},
+                           capture_output=True, text=True)
+    assert where.stdout.strip() == str(installed / "simbatch" / "scenarios")
