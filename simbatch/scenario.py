@@ -317,6 +317,7 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
             raise SimbatchError(f"{source}: {key}", "missing (required)")
     if not isinstance(data["policy"], dict):
         raise SimbatchError(f"{source}: policy", "must be a mapping with a kind, e.g. {kind: continuous}")
+    check_name(data, source)
     policy = parse_policy_spec(data["policy"], source)
     for kind, params in (data.get("policies") or {}).items():
         parse_policy({**(params or {}), "kind": kind}, f"{source}: policies.{kind}")
@@ -346,6 +347,21 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
         disaggregation=disaggregation,
         engine=parse_engine(data.get("engine"), f"{source}: engine"),
     )
+
+
+def check_name(data: dict, source: str) -> None:
+    """``name`` names output folders (``runs/<name>-sweep``), so it must be a plain file
+    name: a string, no path separators, not hidden; ``description`` is free text."""
+    name = data.get("name")
+    if name is not None:
+        if not isinstance(name, str) or not name.strip():
+            raise SimbatchError(f"{source}: name", f"expected a non-empty string, got {name!r}")
+        if "/" in name or "\\" in name or name.startswith(".") or "\0" in name:
+            raise SimbatchError(f"{source}: name", f"{name!r} would be a path when it names the output folder; "
+                                                   f"use letters, digits, '-', '_' and inner dots")
+    description = data.get("description")
+    if description is not None and not isinstance(description, str):
+        raise SimbatchError(f"{source}: description", f"expected text, got {type(description).__name__}")
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:

@@ -126,3 +126,21 @@ def test_errors_inside_parallel_runs_reach_the_user_as_one_line(tmp_path, capsys
     err = capsys.readouterr().err.strip()
     assert err.startswith("simbatch: error: ") and "missing.csv" in err and "\n" not in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("argv, where, cause", [
+    (["compare", "--policies", ""], "--policies", "is empty"),
+    (["compare", "--routers", ","], "--routers", "is empty"),
+    (["compare", "--variants", " , "], "--variants", "is empty"),
+    (["compare", "--jobs", "0"], "--jobs", "must be >= 1"),
+    (["compare", "--jobs", "-3"], "--jobs", "must be >= 1"),
+    (["capacity", "--slo", "ttft_p99_ms=500", "--seeds", ","], "--seeds", "is empty"),
+    (["capacity", "--slo", "ttft_p99_ms=500", "--hardware", ""], "--hardware", "is empty"),
+])
+def test_an_empty_list_or_no_workers_is_refused_not_read_as_all(tmp_path, capsys, argv, where, cause):
+    """``--policies ''`` ran all four policies and ``--jobs 0`` was accepted (issue 14, item 9)."""
+    path = write_scenario(tmp_path)
+    assert main([argv[0], str(path), *argv[1:], "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"simbatch: error: {where}: {cause}") and "\n" not in err
+    assert not (tmp_path / "out").exists()

@@ -38,6 +38,12 @@ def test_switching_policy_kind_drops_old_parameters():
     ({**BASE, "slo": {"ttft_ms": -1}}, "x.yaml: slo.ttft_ms", "must be > 0"),
     ({**BASE, "seed": -3}, "x.yaml: seed", "non-negative integer"),
     ({k: v for k, v in BASE.items() if k != "model"}, "x.yaml: model", "missing"),
+    # name becomes the default output folder (runs/<name>-sweep): never a path
+    ({**BASE, "name": "../../x"}, "x.yaml: name", "would be a path"),
+    ({**BASE, "name": "/tmp/x"}, "x.yaml: name", "would be a path"),
+    ({**BASE, "name": ".hidden"}, "x.yaml: name", "would be a path"),
+    ({**BASE, "name": ["a", "b"]}, "x.yaml: name", "non-empty string"),
+    ({**BASE, "description": {"a": 1}}, "x.yaml: description", "expected text"),
     ({**BASE, "policies": {"dynamic": {"max_batch_size": 2, "preferred_batch_sizes": [4]}}},
      "x.yaml: policies.dynamic.preferred_batch_sizes", "outside 1..max_batch_size"),
 ])

@@ -18,7 +18,9 @@ def run_from_log(args) -> None:
 
     if args.scenario is None:
         raise SimbatchError("--from-log", "needs --scenario SCENARIO (the scenario that mirrors the server)")
-    terms = FITTED_TERMS if args.terms is None else tuple(t.strip() for t in args.terms.split(",") if t.strip())
+    from simbatch.commands.common import comma_list
+
+    terms = FITTED_TERMS if args.terms is None else tuple(comma_list(args.terms, "--terms"))
     for term in terms:
         if term not in FITTED_TERMS:
             raise SimbatchError("--terms", f"unknown term {term!r}; allowed: {', '.join(FITTED_TERMS)}")

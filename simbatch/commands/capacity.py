@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from simbatch.commands.common import (add_executor_arguments, add_scenario_arguments, load,
+from simbatch.commands.common import (add_executor_arguments, add_scenario_arguments, comma_list, load,
                                       make_args_executor, print_notes)
 from simbatch.errors import SimbatchError
 
@@ -99,14 +99,10 @@ def _print_explanations(result, table) -> None:
               f"(preset prices are indicative; see --price)")
 
 
-def _split(text: str | None) -> list[str]:
-    return [t.strip() for t in (text or "").split(",") if t.strip()]
-
-
 def _policies(text: str) -> list[str]:
     from simbatch.policies import policy_class
 
-    kinds = list(dict.fromkeys(_split(text)))
+    kinds = list(dict.fromkeys(comma_list(text, "--policies") or []))
     if not kinds:
         raise SimbatchError("--policies", f"expected comma-separated kinds, e.g. {ALL_POLICIES}")
     for k in kinds:
@@ -119,7 +115,7 @@ def _names(text: str | None, flag: str, what: str) -> list[str] | None:
     from simbatch.hardware import get_gpu
     from simbatch.models import get_model
 
-    names = list(dict.fromkeys(_split(text)))
+    names = list(dict.fromkeys(comma_list(text, flag) or []))
     get = get_gpu if what == "hardware" else get_model
     return [get(n, flag).name for n in names] or None
 
@@ -127,7 +123,7 @@ def _names(text: str | None, flag: str, what: str) -> list[str] | None:
 def _splits(text: str | None) -> list[tuple[int, int] | None] | None:
     """``colocated,1:3`` -> [None, (1, 3)]; bad items are one-line errors naming ``--splits``."""
     out: list[tuple[int, int] | None] = []
-    for item in _split(text):
+    for item in comma_list(text, "--splits") or []:
         if item == "colocated":
             out.append(None)
             continue
@@ -140,7 +136,7 @@ def _splits(text: str | None) -> list[tuple[int, int] | None] | None:
 
 def _ints(text: str | None, flag: str, minimum: int = 1) -> list[int] | None:
     values = []
-    for t in _split(text):
+    for t in comma_list(text, flag) or []:
         try:
             values.append(int(t))
         except ValueError:

@@ -47,6 +47,27 @@ def print_notes(messages: list[str], prefix: str = "note") -> None:
         print(f"{prefix}: ... and {len(messages) - MAX_NOTES} more (all in run.log with --out)", file=sys.stderr)
 
 
+def comma_list(text: str | None, flag: str) -> list[str] | None:
+    """A comma-separated option's items (None when the option was not given); a given but
+    empty list (``--policies ''``, ``--seeds ,``) is a user error, never "all"."""
+    if text is None:
+        return None
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        from simbatch.errors import SimbatchError
+
+        raise SimbatchError(flag, f"is empty ({text!r}); give a comma-separated list, or leave the option out")
+    return items
+
+
+def check_jobs(jobs: int | None) -> None:
+    """``--jobs`` is a positive count of workers when given."""
+    if jobs is not None and jobs < 1:
+        from simbatch.errors import SimbatchError
+
+        raise SimbatchError("--jobs", f"must be >= 1, got {jobs}")
+
+
 def add_executor_arguments(p: argparse.ArgumentParser) -> None:
     """``--executor``, ``--jobs`` and ``--dask ADDRESS`` (which implies the Dask executor)."""
     p.add_argument("--executor", choices=("inline", "process", "dask"), default=None,
@@ -63,7 +84,6 @@ def make_args_executor(args):
 
     if args.dask is not None and args.executor not in (None, "dask"):
         raise SimbatchError("--dask", f"needs --executor dask, not --executor {args.executor}")
-    if args.jobs is not None and args.jobs < 1:
-        raise SimbatchError("--jobs", f"must be >= 1, got {args.jobs}")
+    check_jobs(args.jobs)
     kind = "dask" if args.dask is not None else args.executor or "process"
     return make_executor(kind, args.jobs, args.dask)

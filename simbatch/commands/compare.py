@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from simbatch.commands.common import add_scenario_arguments, load, print_notes
+from simbatch.commands.common import add_scenario_arguments, check_jobs, comma_list, load, print_notes
 
 NAME = "compare"
 HELP = "run one workload under several policies"
@@ -42,15 +42,16 @@ def run(args) -> None:
         from simbatch.errors import SimbatchError
 
         raise SimbatchError("--traces", "needs --out DIR (traces go to DIR/<policy>/trace.json)")
-    kinds = [k.strip() for k in (args.policies or "").split(",") if k.strip()] or None
+    check_jobs(args.jobs)
+    kinds = comma_list(args.policies, "--policies")
     for k in kinds or []:
         policy_class({"kind": k}, "--policies")
-    routers = [r.strip() for r in (args.routers or "").split(",") if r.strip()] or None
+    routers = comma_list(args.routers, "--routers")
     for r in routers or []:
         check_router(r, "--routers")
-    layouts = [x.strip() for x in (args.layouts or "").split(",") if x.strip()] or None
+    layouts = comma_list(args.layouts, "--layouts")
     check_layouts(layouts or [], scenario)
-    named = [x.strip() for x in (args.variants or "").split(",") if x.strip()] or None
+    named = comma_list(args.variants, "--variants")
     for name in named or []:
         if name not in scenario.variants:
             from simbatch.errors import SimbatchError

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simbatch.commands.common import add_scenario_arguments, load, print_notes
+from simbatch.commands.common import add_scenario_arguments, comma_list, load, print_notes
 
 NAME = "validate"
 HELP = "measure the simulator's error: against a real torch model (CPU or GPU), or against measured server logs"
@@ -68,7 +68,7 @@ def run_torch(args) -> None:
     scenario = load(args)
     if args.threads is not None and args.threads < 1:
         raise SimbatchError("--threads", f"must be >= 1, got {args.threads}")
-    kinds = [k.strip() for k in (args.policies or DEFAULT_POLICIES).split(",") if k.strip()]
+    kinds = comma_list(args.policies, "--policies") or DEFAULT_POLICIES.split(",")
     result = validate(scenario, args.device or DEFAULT_DEVICE, kinds, profile=args.profile, dtype=args.dtype,
                       threads=args.threads)
     for kind, v in result.policies.items():
