@@ -24,7 +24,7 @@ from simbatch.hardware import GPUSpec, get_gpu
 from simbatch.models import ModelSpec, get_model
 from simbatch.params import parse_params, require
 from simbatch.policies import PolicySpec, parse_policy, parse_policy_spec
-from simbatch.yamlio import compose, load_yaml, read_text
+from simbatch.yamlio import compose, load_yaml, read_text, safe_load
 
 if TYPE_CHECKING:
     from simbatch.workload import Workload
@@ -277,7 +277,7 @@ class Scenario:
 def parse_value(text: str):
     """A ``--set`` value: YAML scalar or flow syntax (``8``, ``true``, ``[1, 2]``, ``{a: 1}``)."""
     try:
-        return yaml.safe_load(text)
+        return safe_load(text)
     except yaml.YAMLError:
         return text
 

@@ -15,10 +15,16 @@ the composed document before anything is built from it:
   refused;
 - **depth**: documents nested deeper than the composer's recursion can
   follow are refused with one line.
+
+Numbers are read as YAML 1.2 reads them: PyYAML follows YAML 1.1, where a
+float needs a dot, so ``1e30`` or ``5E-3`` would be the *strings* ``'1e30'``
+and ``'5E-3'`` and a rate written that way would be refused as "not a number".
+:class:`Loader` adds YAML 1.2's core-schema float pattern (dot optional).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
@@ -26,6 +32,24 @@ import yaml
 from simbatch.errors import SimbatchError
 
 MAX_NODES = 1_000_000  # nodes a document may expand to, aliases followed
+
+
+class Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, with YAML 1.2 floats (module docstring)."""
+
+
+# YAML 1.2 core schema, float: [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?, here only the
+# forms that are not integers: YAML 1.1 takes an exponent only with a dot before it and a sign
+# after it (1.5e+3), and a signed fraction only with a digit before the dot, so 1e30, 1.5e3 and
+# -.5 stayed strings.
+Loader.add_implicit_resolver("tag:yaml.org,2002:float",
+                             re.compile(r"^[-+]?((\.[0-9]+|[0-9]+\.[0-9]*)([eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+)$"),
+                             list("-+.0123456789"))
+
+
+def safe_load(text: str):
+    """``yaml.safe_load`` with :class:`Loader` (for one-line values such as ``--set``'s)."""
+    return yaml.load(text, Loader=Loader)
 
 
 def read_text(path: str | Path, what: str = "file") -> str:
@@ -53,7 +77,7 @@ def read_text(path: str | Path, what: str = "file") -> str:
 
 def compose(text: str, source: str) -> yaml.Node | None:
     """The checked node graph of a YAML document (None for an empty one)."""
-    loader = yaml.SafeLoader(text)
+    loader = Loader(text)
     try:
         node = loader.get_single_node()
     except RecursionError:
@@ -73,7 +97,7 @@ def load_yaml(path: str | Path, what: str = "file"):
     node = compose(read_text(path, what), source)
     if node is None:
         return None
-    loader = yaml.SafeLoader("")
+    loader = Loader("")
     try:
         return loader.construct_document(node)
     except yaml.YAMLError as exc:

@@ -71,9 +71,16 @@ def test_compare_writes_table_plot_and_runs(tmp_path, capsys):
     ({}, ["--set", "policy.kind=fifo"], "s.yaml: policy.kind (from --set policy.kind)", "allowed"),
     ({}, ["--set", "policy"], "--set policy", "KEY=VALUE"),
     ({}, ["--set", "policy.max_num_seqs=lots"], "s.yaml: policy.max_num_seqs (from --set", "integer"),
+    ({"model": "llama-2-70b"}, ["--set", "cluster.tensor_parallel=3"],
+     "s.yaml: cluster.tensor_parallel (from --set", "does not split"),
+    ({"workload": "  synthetic: {num_requests: 5, arrival: {kind: poisson, rate: 1.0e-300}, "
+                  "prompt: {kind: constant, value: 9}, output: {kind: constant, value: 2}}"},
+     [], "s.yaml:2: workload", "cannot resolve a microsecond"),
+    ({"workload": "  trace: t.jsonl"}, [], "workload.columns", "has fields"),
 ])
 def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path, capsys, kwargs, argv_extra, where, cause):
     path = write_scenario(tmp_path, **kwargs)
+    (tmp_path / "t.jsonl").write_text('{"arrival_s": 0, "prompt": 5, "output": 2}\n')  # no known format
     out_dir = tmp_path / "out"
     assert main(["run", str(path), "--out", str(out_dir), *argv_extra]) == 2
     err = capsys.readouterr().err.strip()

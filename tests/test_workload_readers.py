@@ -152,6 +152,16 @@ def test_bad_lengths_name_line_field_and_value(tmp_path, bad, shown):
     assert err.cause == f"GeneratedTokens: expected a positive integer, got {shown}"
 
 
+@pytest.mark.parametrize("value", ["true", "false", str(2**63), "1e12"])
+def test_json_booleans_and_counts_beyond_any_context_are_refused(tmp_path, value):
+    """JSON true read as a 1-token prompt, and 2**63 wrapped to a negative int64 (issue 14)."""
+    p = write(tmp_path, "t.jsonl", f'{{"arrival_s": 0, "prompt": 5, "output": 2}}\n'
+                                   f'{{"arrival_s": 1, "prompt": {value}, "output": 2}}\n')
+    err = error_of(lambda path: read_generic(path, {"arrival": "arrival_s", "prompt": "prompt",
+                                                    "output": "output"}), p)
+    assert err.where == f"{p}:2" and err.cause.startswith("prompt: expected a positive integer")
+
+
 def test_too_many_and_too_few_fields(tmp_path):
     p = write(tmp_path, "a.csv", f"{AZURE_HEADER}\n2023-11-16 18:00:00,1,1\n2023-11-16 18:00:01,1,1,9\n")
     err = error_of(read_azure, p)

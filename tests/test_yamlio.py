@@ -70,3 +70,14 @@ def test_a_duplicate_policy_line_no_longer_wins(tmp_path, capsys):
     assert main(["run", str(path)]) == 2
     err = capsys.readouterr().err
     assert "duplicate key 'policy'" in err and f"{path}:{text.count(chr(10))}" in err
+
+
+@pytest.mark.parametrize("text, value", [("1e30", 1e30), ("5E-3", 0.005), ("1.5e3", 1500.0), ("-.5", -0.5),
+                                         ("1.5", 1.5), ("12", 12), ("abc", "abc"), ("1e", "1e")])
+def test_numbers_are_read_as_yaml_1_2_reads_them(tmp_path, text, value):
+    """PyYAML (YAML 1.1) leaves 1e30 and 1.5e3 as strings, so 'rate: 1e30' was refused as
+    "expected a number, got '1e30'"."""
+    p = tmp_path / "v.yaml"
+    p.write_text(f"rate: {text}\n")
+    got = load_yaml(p)["rate"]
+    assert got == value and type(got) is type(value)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from simbatch.costmodel import build_cost_model
+from simbatch.costmodel.roofline import check_tensor_parallel
 from simbatch.engine.replica import Replica
 from simbatch.errors import SimbatchError
 from simbatch.eventlog import EventLog
@@ -148,7 +149,7 @@ def group_field(scenario: Scenario, i: int, name: str) -> str:
     it, else the scenario's top-level field (errors then name the line to fix)."""
     if scenario.cluster.is_grouped and getattr(scenario.cluster.groups[i], name) is not None:
         return f"cluster.replicas[{i}].{name}"
-    return name
+    return "cluster.tensor_parallel" if name == "tensor_parallel" else name
 
 
 def group_backend(scenario: Scenario, model: ModelSpec, i: int) -> tuple[GPUSpec, int, object]:
@@ -161,7 +162,8 @@ def replica_backend(scenario: Scenario, model: ModelSpec, own, field) -> tuple[G
     ``tensor_parallel`` and ``cost_model`` (None: the scenario's); ``field(name)`` is the
     dotted field an error about ``name`` points at (a group's, a pool's)."""
     gpu = scenario.gpu if own.hardware is None else get_gpu(own.hardware, scenario.where(field("hardware")))
-    tp = own.tensor_parallel or scenario.cluster.tensor_parallel
+    tp = check_tensor_parallel(own.tensor_parallel or scenario.cluster.tensor_parallel, model,
+                               scenario.where(field("tensor_parallel")))
     spec = scenario.data.get("cost_model") if own.cost_model is None else own.cost_model
     backend = build_cost_model(spec, model, gpu, tp, scenario.where(field("cost_model")), base_dir=scenario.base_dir,
                                overhead=scenario.engine.overhead_params(), engine_where=scenario.where("engine"))

@@ -51,7 +51,21 @@ def build_workload(spec: dict, *, base_dir: Path, seed: int, where: str) -> Work
         w = synthetic_workload(spec["synthetic"], rng, f"{where}.synthetic", base_dir)
     else:
         w = _from_requests(spec["requests"], f"{where}.requests")
-    return _apply_options(w, spec, where)
+    return check_time_span(_apply_options(w, spec, where), where)
+
+
+# Simulated time is a float of seconds: at t its resolution is about t x 2.2e-16, so beyond
+# 1e9 s (32 years) a microsecond-scale step or gap would be rounded away and latencies read 0.
+MAX_TIME_S = 1e9
+
+
+def check_time_span(w: Workload, where: str) -> Workload:
+    """Refuse arrivals so far apart that simulated time would lose sub-microsecond precision."""
+    if len(w) and float(np.max(w.arrival_s)) > MAX_TIME_S:
+        raise SimbatchError(where, f"the last request arrives at {float(np.max(w.arrival_s)):.3g} s, beyond "
+                                   f"{MAX_TIME_S:.0e} s, where simulated time cannot resolve a microsecond; "
+                                   f"raise the arrival rate or shorten the trace")
+    return w
 
 
 def _from_trace(spec: dict, rng: np.random.Generator, base_dir: Path, where: str) -> Workload:

@@ -114,7 +114,7 @@ def read_trace(path: str | Path, fmt: str | None = None, columns: dict | None = 
         raise SimbatchError(f"{where}.format", f"unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
     if fmt == "generic":
         if columns is None:
-            raise SimbatchError(f"{where}.columns", f"required to read {path} as a generic trace")
+            raise SimbatchError(f"{where}.columns", unrecognised(_existing(path)))
         return read_generic(path, columns, f"{where}.columns")
     if columns is not None:
         raise SimbatchError(f"{where}.columns", f"only allowed with format: generic (this is {fmt})")
@@ -135,6 +135,27 @@ def detect_format(path: str | Path) -> str:
     if set(_AZURE.values()) <= header:
         return "azure"
     return "lengths" if set(_LENGTHS.values()) <= header else "generic"
+
+
+def unrecognised(p: Path) -> str:
+    """Why a trace matched no known format, from what its first line holds, and the fix."""
+    line = _first_line(p).strip()
+    if not line:
+        return f"{p} is empty"
+    if _is_jsonl(p):
+        try:
+            first = json.loads(line)
+        except json.JSONDecodeError:
+            return f"{p}: its first line is not JSON"
+        found = sorted(first) if isinstance(first, dict) else [type(first).__name__]
+    else:
+        found = sorted(_header(p))
+    known = "; ".join(f"{name}: {', '.join(cols[k] for k in ('arrival', 'prompt', 'output') if k in cols)}"
+                      for name, cols in (("azure", _AZURE), ("mooncake", _MOONCAKE), ("lengths", _LENGTHS)))
+    tabs = " (tab-separated? traces are comma-separated)" if "\t" in line else ""
+    shown = ", ".join(found[:8]) + (", ..." if len(found) > 8 else "")
+    return (f"{p} has fields {shown}{tabs}, which match no known format ({known}); map yours with "
+            f"workload.columns: {{arrival: ..., prompt: ..., output: ...}}")
 
 
 # --- loading ---------------------------------------------------------------
@@ -244,14 +265,26 @@ def _read(path: str | Path, roles: dict, source_kind: str) -> Workload:
     return _sorted_from_zero(w, str(path))
 
 
+# More tokens than any model's context (the longest are about 10 million) is a broken count,
+# and 2**63 or more would wrap around to a negative int64.
+MAX_COUNT = 10**9
+
+
 def _ints(t: _Table, name: str, minimum: int | None) -> np.ndarray:
-    values = pd.to_numeric(t.column(name), errors="coerce").to_numpy(dtype=np.float64)
+    raw = t.column(name)
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
     # Integral floats ("374.0") are accepted: some tools write counts that way.
-    bad = ~np.isfinite(values) | (values != np.floor(values))
+    bad = ~np.isfinite(values) | (values != np.floor(values)) | (np.abs(values) > MAX_COUNT)
+    if raw.dtype == object:  # JSON true / false would pass pd.to_numeric as 1 / 0
+        bad |= np.fromiter((type(v) is bool for v in raw), dtype=bool, count=len(raw))
     if minimum is not None:
         bad |= values < minimum
     if bad.any():
-        t.fail(int(np.argmax(bad)), name, "a positive integer" if minimum == 1 else "an integer")
+        row = int(np.argmax(bad))
+        expected = "a positive integer" if minimum == 1 else "an integer"
+        if abs(values[row]) > MAX_COUNT:
+            expected += f" of at most {MAX_COUNT:,} (more tokens than any model's context)"
+        t.fail(row, name, expected)
     return values.astype(np.int64)
 
 
