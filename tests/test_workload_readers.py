@@ -210,3 +210,17 @@ def test_generic_mapping_errors(tmp_path):
     assert err.where == "columns.time_unit"
     err = error_of(read_generic, p, {"prompt": "a", "output": "zz"})
     assert err.where == f"{p}:1" and "'zz'" in err.cause
+
+
+def test_a_run_that_cannot_fit_in_memory_is_refused_before_anything_is_built(capsys):
+    """--set workload.synthetic.num_requests=1000000000 died in numpy with a MemoryError."""
+    from simbatch.cli import main
+    from simbatch.workload.size import BYTES_PER_REQUEST, check_fits_in_memory
+
+    check_fits_in_memory(1000, "w", available=1000 * BYTES_PER_REQUEST)  # exactly fits
+    with pytest.raises(SimbatchError) as err:
+        check_fits_in_memory(1001, "w", available=1000 * BYTES_PER_REQUEST)
+    assert err.value.where == "w" and "1,001 requests need at least" in err.value.cause
+    assert main(["run", "chat", "--set", "workload.synthetic.num_requests=1000000000000"]) == 2
+    err = capsys.readouterr().err
+    assert "workload.synthetic.num_requests" in err and "1,000,000,000,000 requests need at least" in err

@@ -16,6 +16,7 @@ import numpy as np
 
 from simbatch.errors import SimbatchError
 from simbatch.workload.request import Workload
+from simbatch.workload.size import check_fits_in_memory
 
 # kind -> (required params, optional params)
 ARRIVAL_KINDS = {
@@ -180,6 +181,7 @@ def synthetic_workload(spec: dict, rng: np.random.Generator, where: str,
     """A workload from ``{num_requests, arrival: {...}, prompt: {...}, output: {...}}``."""
     check_keys(require_mapping(spec, where), SYNTHETIC_KEYS, where)
     n = number(spec, "num_requests", where, integer=True, minimum=1)
+    check_fits_in_memory(n, f"{where}.num_requests")
     for key in ("arrival", "prompt", "output"):
         if key not in spec:
             raise SimbatchError(f"{where}.{key}", "missing: a {kind: ...} spec is required")
