@@ -16,7 +16,7 @@ import pandas as pd
 
 from simbatch.executors import ProcessExecutor
 from simbatch.metrics import comparison_table
-from simbatch.report import write_comparison
+from simbatch.report.outputs import write_files
 # One run's simulation and metrics live below this module (validation uses them too).
 from simbatch.runs import RunOutput, describe_run, run  # noqa: F401  (public names; describe_run for callers)
 from simbatch.scenario import Scenario, load_scenario
@@ -97,11 +97,10 @@ def write_compare(out_dir: str | Path, runs: dict[str, RunOutput], table: pd.Dat
     """Write ``comparison.csv``, the comparison plot, and each run under ``out_dir/<policy>/``."""
     from simbatch.report import plot_comparison
 
-    out_dir = Path(out_dir)
-    for kind, out in runs.items():
-        out.write(out_dir / kind)
-    write_comparison(out_dir, table)
-    plot_comparison({k: r.summary for k, r in runs.items()}, out_dir / "comparison.png")
+    writers = {kind: out.write for kind, out in runs.items()}  # each run's folder, inside this one
+    writers["comparison.csv"] = lambda p: table.to_csv(p, index=False)
+    writers["comparison.png"] = lambda p: plot_comparison({k: r.summary for k, r in runs.items()}, p)
+    write_files(Path(out_dir), writers)  # the whole folder at once: never new runs beside an old table
 
 
 def validate(scenario: Scenario, device: str = "cpu", policies: list[str] | None = None, **options):

@@ -9,15 +9,23 @@ from pathlib import Path
 from simbatch.errors import SimbatchError
 
 
-def check_out_dir(out_dir: str | Path, flag: str = "--out") -> Path:
+def check_out_dir(out_dir: str | Path, flag: str = "--out", whole: bool = True) -> Path:
     """``out_dir`` if it can become an output folder, else a one-line error naming ``flag``:
     not an existing file, not under one, and its nearest existing folder writable (so an
-    unwritable folder or ``/proc/x`` fails now, not after a long simulation)."""
+    unwritable folder or ``/proc/x`` fails now, not after a long simulation). ``whole``: the
+    command replaces the whole folder (:mod:`simbatch.report.outputs`), so an existing one
+    must be empty or an earlier simbatch output, never a folder of the user's own files."""
     out_dir = Path(out_dir)
     for path in (out_dir, *out_dir.parents):
         if path.exists() and not path.is_dir():
             where = flag if path == out_dir else f"{flag} {out_dir}"
             raise SimbatchError(where, f"{path} exists and is not a folder")
+    if whole:
+        from simbatch.report.outputs import replaceable
+
+        if not replaceable(out_dir):
+            raise SimbatchError(f"{flag} {out_dir}", "holds files simbatch did not write; an output folder is "
+                                                     "replaced whole, so give a new folder")
     existing = next((p for p in (out_dir, *out_dir.parents) if p.exists()), Path("."))
     try:  # a real probe: permissions, read-only or virtual filesystems (/proc), even as root
         os.rmdir(tempfile.mkdtemp(prefix=".simbatch-probe-", dir=existing))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -10,14 +11,15 @@ import pytest
 
 from simbatch.metrics import comparison_table, request_table, steps_table, summarize
 from simbatch.metrics.summary import SUMMARY_KEYS
+from simbatch.errors import SimbatchError
 from simbatch.report import (format_comparison, format_comparison_markdown, format_summary, plot_comparison,
-                             write_comparison, write_run)
+                             write_run)
 from simbatch.eventlog import EventLog
 from simbatch.report import outputs
 
 from logkit import PEAKS, three_requests, workload
 
-RUN_FILES = {"summary.json", "requests.csv", "steps.csv", "run.log"}
+RUN_FILES = {"summary.json", "requests.csv", "steps.csv", "run.log", outputs.MARKER}
 
 
 @pytest.fixture()
@@ -51,13 +53,43 @@ def test_nan_and_inf_become_null(tmp_path, run):
     assert loaded["mfu"] is None and loaded["mbu"] is None and loaded["completed"] == 2
 
 
-def test_existing_files_are_replaced(tmp_path, run):
+def test_an_earlier_output_is_replaced_whole_and_a_folder_of_other_files_is_refused(tmp_path, run):
     summary, req, steps = run
-    (tmp_path / "run.log").write_text("old\n")
-    (tmp_path / "keep.txt").write_text("mine")
-    write_run(tmp_path, summary, req, steps, ["new"])
-    assert (tmp_path / "run.log").read_text() == "new\n"
-    assert (tmp_path / "keep.txt").read_text() == "mine"
+    out = tmp_path / "run"
+    write_run(out, summary, req, steps, ["old"])
+    (out / "controller.csv").write_text("from the earlier run")  # e.g. a file only that run wrote
+    write_run(out, summary, req, steps, ["new"])
+    assert (out / "run.log").read_text() == "new\n"
+    assert {p.name for p in out.iterdir()} == RUN_FILES  # nothing of the earlier run survives
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(SimbatchError, match="holds files simbatch did not write"):
+        write_run(mine, summary, req, steps, ["x"])
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+
+
+def test_what_a_killed_writer_leaves_is_cleaned_up_or_restored(tmp_path, run):
+    """kill -9 leaves hidden .NAME.tmp-PID-* / .NAME.old-PID-* siblings; the next write removes
+    those of dead processes, and puts back a previous output the kill left aside."""
+    import subprocess
+    import sys
+
+    summary, req, steps = run
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    out = tmp_path / "run"
+    write_run(out, summary, req, steps, ["previous"])
+    stale_tmp = tmp_path / f".run.tmp-{dead}-abc"
+    (stale_tmp / "half").mkdir(parents=True)
+    aside = tmp_path / f".run.old-{dead}-def"
+    aside.mkdir()
+    out.rename(aside / "previous")  # killed between the swap's two renames: no out_dir
+    live = tmp_path / f".run.tmp-{os.getpid()}-ghi"  # a live writer's: left alone
+    live.mkdir()
+    outputs.clean_stale(out)
+    assert (out / "run.log").read_text() == "previous\n"  # restored, complete
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["run", live.name])
 
 
 @pytest.mark.parametrize("writer", ["_write_json", "_write_csv", "_write_text"])
@@ -66,6 +98,7 @@ def test_failed_write_leaves_nothing_behind(tmp_path, run, monkeypatch, writer):
     out = tmp_path / "out"
     out.mkdir()
     (out / "summary.json").write_text("previous")
+    (out / outputs.MARKER).write_text("")
 
     def broken(*_args):
         raise OSError("disk full")
@@ -73,7 +106,7 @@ def test_failed_write_leaves_nothing_behind(tmp_path, run, monkeypatch, writer):
     monkeypatch.setattr(outputs, writer, broken)
     with pytest.raises(OSError, match="disk full"):
         write_run(out, summary, req, steps, ["x"])
-    assert [p.name for p in out.iterdir()] == ["summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [outputs.MARKER, "summary.json"]
     assert (out / "summary.json").read_text() == "previous"
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # temp folder removed
 
@@ -85,12 +118,20 @@ def test_failed_write_does_not_create_out_dir(tmp_path, run, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_write_comparison(tmp_path, run):
-    table = comparison_table({"fcfs": run[0]})
-    path = write_comparison(tmp_path / "cmp", table)
-    assert path.name == "comparison.csv"
-    back = pd.read_csv(path)
-    assert back["policy"].tolist() == ["fcfs"] and list(back.columns) == list(table.columns)
+def test_a_comparison_is_written_as_one_folder(tmp_path, run):
+    """An interrupted compare left new policy folders beside the old comparison.csv; now the
+    folder is swapped whole, so a second comparison leaves no policy of the first."""
+    from simbatch.api import compare, load_scenario, write_compare
+
+    scenario = load_scenario("classroom")
+    write_compare(tmp_path / "cmp", *compare(scenario, ["static", "dynamic"], jobs=1))
+    runs, table = compare(scenario, ["continuous"], jobs=1)
+    write_compare(tmp_path / "cmp", runs, table)
+    assert sorted(p.name for p in (tmp_path / "cmp").iterdir()) == sorted(
+        ["continuous", "comparison.csv", "comparison.png", outputs.MARKER])
+    back = pd.read_csv(tmp_path / "cmp" / "comparison.csv")
+    assert back["policy"].tolist() == ["continuous"] and list(back.columns) == list(table.columns)
+    assert (tmp_path / "cmp" / "continuous" / "summary.json").is_file()
 
 
 def test_format_summary(run):
@@ -125,3 +166,58 @@ def test_plot_comparison_writes_png(tmp_path, run):
     other = dict(run[0], tpot_ms={"mean": None, "median": None, "p90": None, "p99": None})
     path = plot_comparison({"fcfs": run[0], "static": other}, tmp_path / "fig" / "cmp.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+
+def _policies_in(folder):
+    table = pd.read_csv(folder / "comparison.csv")
+    runs = {p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    return set(table["policy"]), runs
+
+
+def test_a_compare_killed_at_any_step_of_its_write_leaves_one_complete_comparison(tmp_path):
+    """SIGKILL at every file write and every rename, in turn, while a second comparison
+    replaces a first: afterwards (once a later write has cleaned up) the folder is the first
+    or the second comparison, whole, never a mix; nothing hidden is left beside it."""
+    import signal
+
+    from simbatch.api import compare, load_scenario, write_compare
+
+    scenario = load_scenario("classroom")
+    first = compare(scenario, ["static", "dynamic"], jobs=1)
+    second = compare(scenario, ["continuous", "chunked_prefill"], jobs=1)
+    outcomes = []
+    for k in range(1, 100):
+        base = tmp_path / str(k)
+        out = base / "cmp"
+        write_compare(out, *first)
+        pid = os.fork()
+        if pid == 0:  # the child writes the second comparison and is killed at its k-th step
+            step = [0]
+
+            def killing(fn):
+                def wrapped(*args, **kwargs):
+                    step[0] += 1
+                    if step[0] == k:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    return fn(*args, **kwargs)
+                return wrapped
+
+            os.rename = killing(os.rename)
+            for name in ("_write_json", "_write_csv", "_write_text"):
+                setattr(outputs, name, killing(getattr(outputs, name)))
+            try:
+                write_compare(out, *second)
+            finally:
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        killed = os.WIFSIGNALED(status)
+        outputs.clean_stale(out)
+        table, runs = _policies_in(out)
+        assert table == runs, k
+        outcomes.append(runs == {"continuous", "chunked_prefill"})
+        assert [p.name for p in base.iterdir()] == ["cmp"], k
+        if not killed:
+            break
+    # Killed before the swap, the first comparison stays; from the swap's last rename on, the second.
+    assert outcomes == sorted(outcomes) and not outcomes[0] and outcomes[-1] and len(outcomes) > 8

@@ -30,7 +30,7 @@ def load(args):
     if getattr(args, "out", None) is not None:
         from simbatch.outpaths import check_out_dir
 
-        check_out_dir(args.out)
+        check_out_dir(args.out, whole=getattr(args, "whole_out", True))
     if args.policy_files:
         from simbatch.policies import load_policy_file
 

@@ -19,6 +19,7 @@ SHOWN = ("request_throughput", "ttft_ms.p99", "tpot_ms.p99", "e2el_ms.p99", "slo
 
 def add_arguments(p) -> None:
     add_scenario_arguments(p)
+    p.set_defaults(whole_out=False)  # a sweep folder grows run by run and resumes; never replaced whole
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                    help="sweep a field over values, e.g. --grid policy.kind=static,continuous (repeatable; "
                         "adds to or replaces the scenario's sweep: section)")

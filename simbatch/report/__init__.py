@@ -1,6 +1,6 @@
 """Reports of a run: files on disk, terminal tables, comparison figures."""
 
-from simbatch.report.outputs import write_comparison, write_run
+from simbatch.report.outputs import write_run
 from simbatch.report.plots import plot_comparison
 from simbatch.report.table import format_comparison, format_comparison_markdown, format_summary
 
@@ -9,6 +9,5 @@ __all__ = [
     "format_comparison_markdown",
     "format_summary",
     "plot_comparison",
-    "write_comparison",
     "write_run",
 ]

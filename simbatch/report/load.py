@@ -97,7 +97,9 @@ def load_run(folder: Path, name: str | None = None) -> RunData:
 
 def _run_folders(folder: Path) -> list[Path]:
     """Sub-folders holding a ``summary.json``, the four policies first in their usual order."""
-    subs = [p for p in folder.iterdir() if p.is_dir() and (p / "summary.json").is_file()]
+    # Hidden folders are a writer's temporaries (simbatch.report.outputs), never a policy's run.
+    subs = [p for p in folder.iterdir()
+            if p.is_dir() and not p.name.startswith(".") and (p / "summary.json").is_file()]
     order = {k: i for i, k in enumerate(POLICY_ORDER)}
     return sorted(subs, key=lambda p: (order.get(p.name, len(order)), p.name))
 

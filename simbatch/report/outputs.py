@@ -1,9 +1,25 @@
-"""Writing a run's results to disk, all or nothing.
+"""Writing a command's results to disk, all or nothing, a whole folder at a time.
 
-Every file is first written into a temporary sibling folder of ``out_dir``;
-only when all of them were written are they moved into place (``os.replace``,
-same filesystem, so each move is atomic and cannot half-write a file). If any
-write fails, the temporary folder is removed and ``out_dir`` is left as it was.
+Every output folder is first written complete as a temporary sibling
+(``.NAME.tmp-PID-XXXX``), then swapped in: the previous folder, if any, is
+renamed aside (``.NAME.old-PID-XXXX``), the new one renamed into place, and
+the old one removed. Renames on one filesystem are atomic, so at every
+moment ``out_dir`` is either the previous complete folder, absent for the
+instant between the two renames, or the new complete folder: never a mix of
+a new ``summary.json`` with old CSVs, or a new policy beside an old
+comparison. If a write fails, the temporary folder is removed and
+``out_dir`` is left as it was.
+
+A process killed mid-write (``kill -9``) leaves its hidden siblings behind;
+the next write to the same folder finds those of dead processes and cleans
+them up: a temporary one is removed, an old one whose folder is missing (the
+kill fell between the two renames) is renamed back, since it is the last
+complete output.
+
+A folder is replaced only if simbatch wrote it (it holds :data:`MARKER`, or
+an output of a simbatch release that predates the marker) or it is empty: a
+folder of the user's own files is refused (:func:`replaceable`; the CLI checks
+this before any work, :func:`simbatch.outpaths.check_out_dir`).
 """
 
 from __future__ import annotations
@@ -19,6 +35,51 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from simbatch.errors import SimbatchError
+
+MARKER = ".simbatch-output"  # in every output folder: simbatch wrote it, and may replace it whole
+# What earlier simbatch outputs hold (before the marker): they may be replaced too.
+KNOWN_OUTPUTS = ("summary.json", "comparison.csv", "validation.json", "capacity.csv")
+
+
+def replaceable(folder: Path) -> bool:
+    """Whether writing an output to ``folder`` may replace what is there (module docstring)."""
+    if not folder.exists():
+        return True
+    if not folder.is_dir() or folder.is_symlink():
+        return False
+    names = {p.name for p in folder.iterdir()}
+    return not names or MARKER in names or any(n in names for n in KNOWN_OUTPUTS)
+
+
+def clean_stale(out_dir: Path) -> None:
+    """Remove (or restore) hidden siblings of ``out_dir`` left by killed writers (module docstring)."""
+    parent = out_dir.parent
+    if not parent.is_dir():
+        return
+    for kind in ("tmp", "old"):
+        for p in parent.glob(f".{glob_escape(out_dir.name)}.{kind}-*"):
+            pid = p.name[len(out_dir.name) + len(kind) + 3:].partition("-")[0]
+            if not pid.isdigit() or _alive(int(pid)):
+                continue
+            if kind == "old" and (p / "previous").is_dir() and not out_dir.exists():
+                os.rename(p / "previous", out_dir)  # the last complete output: killed between the renames
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive, and not ours to clean
+        return True
+    return True
 
 
 def json_safe(value):
@@ -51,27 +112,42 @@ def _write_text(path: Path, lines: list[str]) -> None:
 
 
 def write_files(out_dir: Path, writers: dict[str, Callable[[Path], None]]) -> list[Path]:
-    """Run ``writers`` (file name -> function of its path) in a temp sibling, then move into place.
-
-    A writer may make a folder at its path; it then replaces a folder of that name.
-    """
+    """Make ``out_dir`` hold exactly what ``writers`` (file name -> function of its path) write,
+    all at once (module docstring). A writer may make a folder at its path (another output
+    folder, written the same way). Returns the written paths."""
     out_dir = Path(out_dir)
+    if not replaceable(out_dir):
+        raise SimbatchError(str(out_dir), "holds files simbatch did not write; an output folder is replaced "
+                                          "whole, so give a new folder")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    clean_stale(out_dir)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-{os.getpid()}-", dir=out_dir.parent))
     try:
+        os.chmod(tmp, 0o755)  # mkdtemp's folders are private
         for name, write in writers.items():
             write(tmp / name)
-        out_dir.mkdir(exist_ok=True)
-        paths = []
-        for name in writers:
-            dest = out_dir / name
-            if (tmp / name).is_dir() and dest.is_dir() and not dest.is_symlink():
-                os.replace(dest, tmp / f".old-{name}")  # removed with tmp
-            os.replace(tmp / name, dest)
-            paths.append(dest)
-        return paths
+        (tmp / MARKER).write_text("written by simbatch; writing this output again replaces the whole folder\n",
+                                  encoding="utf-8")
+        swap_in(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return [out_dir / name for name in writers]
+
+
+def swap_in(tmp: Path, out_dir: Path) -> None:
+    """Rename the complete folder ``tmp`` to ``out_dir``, replacing a previous one (module docstring)."""
+    if not out_dir.exists():
+        os.rename(tmp, out_dir)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-{os.getpid()}-", dir=out_dir.parent))
+    os.rename(out_dir, old / "previous")
+    try:
+        os.rename(tmp, out_dir)
+    except BaseException:
+        os.rename(old / "previous", out_dir)
+        raise
+    finally:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
@@ -105,7 +181,3 @@ def write_run(out_dir, summary: dict, requests: pd.DataFrame, steps: pd.DataFram
         **(extra or {}),
     })
 
-
-def write_comparison(out_dir, table: pd.DataFrame) -> Path:
-    """Write ``comparison.csv`` (one row per policy) into ``out_dir``; returns its path."""
-    return write_files(Path(out_dir), {"comparison.csv": lambda p: _write_csv(p, table)})[0]
