@@ -9,6 +9,8 @@ seed, so results do not depend on the executor.
 from __future__ import annotations
 
 import os
+import signal
+import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Callable, Iterable, Protocol
 
@@ -49,6 +51,34 @@ class InlineExecutor:
         pass
 
 
+PR_SET_PDEATHSIG = 1  # Linux prctl(2): the signal a process gets when its parent dies
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make this (worker) process end when ``parent_pid`` does. A pool's workers outlive a
+    parent killed with SIGKILL (no atexit, no pool shutdown): a killed sweep left them
+    running its jobs for minutes. On Linux the kernel sends them SIGKILL when the parent
+    dies (prctl PR_SET_PDEATHSIG); a parent already gone before that is set is checked
+    after it."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):  # no libc prctl: keep the check below
+            pass
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def _init_worker(parent_pid: int, policy_files: list) -> None:
+    """A pool worker's start: tied to its parent's life, with the parent's policy files."""
+    from simbatch.policies.registry import load_policy_files
+
+    die_with_parent(parent_pid)
+    load_policy_files(policy_files)
+
+
 class ProcessExecutor:
     """A local process pool, one worker per core by default."""
 
@@ -65,10 +95,10 @@ class ProcessExecutor:
         if self.pool is None:
             # Workers load the user's policy files this process loaded (--policy-file), so a
             # scenario naming such a policy runs there too, whatever the start method.
-            from simbatch.policies.registry import load_policy_files, loaded_files
+            from simbatch.policies.registry import loaded_files
 
-            self.pool = ProcessPoolExecutor(self.workers, initializer=load_policy_files,
-                                            initargs=(loaded_files(),))
+            self.pool = ProcessPoolExecutor(self.workers, initializer=_init_worker,
+                                            initargs=(os.getpid(), loaded_files()))
         futures = {self.pool.submit(fn, item): i for i, item in enumerate(items)}
         results: list = [None] * len(items)
         for fut in as_completed(futures):

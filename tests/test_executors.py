@@ -93,3 +93,51 @@ def test_sweep_results_do_not_depend_on_the_executor(tmp_path, dask_executor):
         pd.testing.assert_frame_equal(tables[name].drop(columns="wall_s"), inline)
         on_disk = pd.read_csv(tmp_path / name / "sweep.csv").drop(columns="wall_s")
         pd.testing.assert_frame_equal(on_disk, pd.read_csv(tmp_path / "inline" / "sweep.csv").drop(columns="wall_s"))
+
+
+def _children(pid: int) -> set[int]:
+    """Live processes whose parent is ``pid`` (from /proc)."""
+    from pathlib import Path
+
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.add(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    from pathlib import Path
+
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; the guard is Linux's prctl")
+def test_a_killed_sweep_leaves_no_live_worker(tmp_path):
+    """kill -9 of a sweep left its pool workers running its jobs a minute later (issue 14)."""
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "simbatch", "sweep", "sweep_chat", "--jobs", "2",
+                             "--set", "workload.synthetic.num_requests=20000", "--out", str(tmp_path / "sw")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    workers: set[int] = set()
+    while len(workers) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        workers = _children(proc.pid)
+    assert len(workers) >= 2, "the sweep never started its workers"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(w) for w in workers)
