@@ -70,8 +70,11 @@ def test_judge_needs_targets_met_and_the_system_keeping_up():
     spec = parse_slos(["ttft_p99_ms=200", "tpot_p99_ms=50"])
     assert judge(record(), spec).holds  # tpot None: no multi-token request, nothing to violate
     v = judge(record(ttft_p99_ms=612.4, completed=9, middle_throughput=4.0), spec)
-    assert not v.holds and v.reasons == ["completed 9 of 10", "falls behind: served 4 req/s < 0.9 x 5 offered",
-                                         "ttft_p99 612.4 ms > 200"]
+    assert not v.holds and v.reasons == ["completed 9 of 10", "falls behind: served 4.00 req/s < 0.9 x 5.00 offered",
+                                         "ttft_p99 612.4 ms > 200 ms"]
+    # Long durations read in seconds, never as 1.983e+05 ms
+    far = judge(record(ttft_p99_ms=198_300.0), spec)
+    assert far.reasons == ["ttft_p99 198.3 s > 200 ms"]
     assert not judge(record(slo_attainment=0.95), parse_slos([], 0.99, {"ttft_ms": 1})).holds
 
 

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from simbatch.errors import SimbatchError
+from simbatch.report.table import fmt_duration, fmt_num
 
 METRICS = ("ttft", "tpot", "itl", "e2el", "queue")
 # Accepted stat spellings -> the key in the summary's {mean, median, p90, p99}.
@@ -155,13 +156,14 @@ def judge(record: dict, spec: SLOSpec) -> Verdict:
         reasons.append(f"completed {done} of {n}")
     offered, served = record["middle_offered_rate"], record["middle_throughput"]
     if served < KEEP_UP_FRACTION * offered:
-        reasons.append(f"falls behind: served {served:.3g} req/s < {KEEP_UP_FRACTION} x {offered:.3g} offered")
+        reasons.append(f"falls behind: served {fmt_num(served)} req/s < {KEEP_UP_FRACTION} x {fmt_num(offered)} "
+                       f"offered")
     for t in spec.percentiles:
         value = record.get(t.key)
         # None: no request has this metric (e.g. TPOT when every output is one
         # token), so none can violate it; an empty run already failed above.
         if value is not None and value > t.limit_ms:
-            reasons.append(f"{t.metric}_{t.stat} {value:.4g} ms > {t.limit_ms:g}")
+            reasons.append(f"{t.metric}_{t.stat} {fmt_duration(value)} > {t.limit_ms:g} ms")
     if spec.attainment is not None:
         got = record.get("slo_attainment") or 0.0
         if got < spec.attainment:

@@ -32,6 +32,7 @@ def note(message: str) -> None:
 
 
 def run(args) -> None:
+    from simbatch.report.table import fmt_num
     from simbatch.sweep import run_sweep, sweep_grid
 
     scenario = load(args)
@@ -43,7 +44,7 @@ def run(args) -> None:
     finally:
         executor.close()
     shown = table[["run_id", *grid.axes, *SHOWN]]
-    print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}", na_rep="-"))
+    print(shown.to_string(index=False, float_format=fmt_num, na_rep="-"))
     a = table.attrs
     print(f"{a['runs']} runs ({a['ran']} run now, {a['reused']} reused) on {executor.name}; "
           f"wrote {out_dir}/sweep.csv, sweep.parquet, sweep.yaml and runs/")

@@ -21,9 +21,8 @@ from simbatch.report.load import (
     policy_rows,
     run_facts,
 )
-from simbatch.report.table import COMPARISON_VIEW, fmt_int, fmt_num, fmt_pct
+from simbatch.report.table import COMPARISON_VIEW, FORMATS
 
-_FORMATS = {"num": fmt_num, "pct": fmt_pct, "int": fmt_int}
 
 
 @dataclass
@@ -93,7 +92,7 @@ def comparison_rows(data: ReportData) -> Table:
     from simbatch.metrics import comparison_table
 
     table = comparison_table(data.summaries)
-    rows = [[str(rec["policy"])] + [_FORMATS[k](rec.get(col)) for _, col, k in COMPARISON_VIEW]
+    rows = [[str(rec["policy"])] + [FORMATS[k](rec.get(col)) for _, col, k in COMPARISON_VIEW]
             for rec in table.to_dict("records")]
     return Table(["policy"] + [h for h, _, _ in COMPARISON_VIEW], rows)
 

@@ -11,14 +11,14 @@ COMPARISON_VIEW = (
     ("completed", "completed", "int"),
     ("req/s", "request_throughput", "num"),
     ("out tok/s", "output_throughput", "num"),
-    ("TTFT p50 ms", "ttft_p50_ms", "num"),
-    ("TTFT p99 ms", "ttft_p99_ms", "num"),
-    ("TPOT p50 ms", "tpot_p50_ms", "num"),
-    ("TPOT p99 ms", "tpot_p99_ms", "num"),
-    ("ITL p99 ms", "itl_p99_ms", "num"),
-    ("E2EL p50 ms", "e2el_p50_ms", "num"),
-    ("E2EL p99 ms", "e2el_p99_ms", "num"),
-    ("queue p50 ms", "queue_p50_ms", "num"),
+    ("TTFT p50 ms", "ttft_p50_ms", "ms"),
+    ("TTFT p99 ms", "ttft_p99_ms", "ms"),
+    ("TPOT p50 ms", "tpot_p50_ms", "ms"),
+    ("TPOT p99 ms", "tpot_p99_ms", "ms"),
+    ("ITL p99 ms", "itl_p99_ms", "ms"),
+    ("E2EL p50 ms", "e2el_p50_ms", "ms"),
+    ("E2EL p99 ms", "e2el_p99_ms", "ms"),
+    ("queue p50 ms", "queue_p50_ms", "ms"),
     ("goodput req/s", "goodput", "num"),
     ("GPUs", "gpus", "int"),
     ("goodput/GPU", "goodput_per_gpu", "num"),
@@ -42,12 +42,16 @@ def _missing(x) -> bool:
 
 
 def fmt_num(x) -> str:
-    """A number rounded for reading: about 3-4 significant digits, '-' when missing."""
+    """A number rounded for reading: about 3-4 significant digits, thousands separated,
+    never in scientific notation (0.000185, not 1.85e-04); '-' when missing. The one
+    number formatter of every table simbatch prints (terminal, Markdown, HTML)."""
     if _missing(x):
         return "-"
     x = float(x)
     if x == 0:
         return "0"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
     a = abs(x)
     if a >= 1000:
         return f"{x:,.0f}"
@@ -55,7 +59,19 @@ def fmt_num(x) -> str:
         return f"{x:.1f}"
     if a >= 1:
         return f"{x:.2f}"
-    return f"{x:.3g}"
+    text = f"{x:.3g}"  # three significant digits, written out where %g would use an exponent
+    return text if "e" not in text else f"{x:.{2 - math.floor(math.log10(a))}f}"
+
+
+MS_AS_SECONDS = 10_000  # a duration of this many ms or more reads better in seconds
+
+
+def fmt_ms(x) -> str:
+    """A duration given in ms: ms below 10 s, seconds (with an ``s``) from 10 s on, so a
+    queue of half an hour reads ``1,980 s`` rather than ``1,979,575``."""
+    if _missing(x):
+        return "-"
+    return fmt_num(x) if abs(float(x)) < MS_AS_SECONDS else f"{fmt_num(float(x) / 1000)} s"
 
 
 def fmt_pct(x) -> str:
@@ -68,7 +84,13 @@ def fmt_int(x) -> str:
     return "-" if _missing(x) else f"{int(x):d}"
 
 
-_FORMATS = {"num": fmt_num, "pct": fmt_pct, "int": fmt_int}
+def fmt_duration(ms) -> str:
+    """A duration given in ms, with its unit: ``123.4 ms``, or ``198.3 s`` from 10 s on."""
+    text = fmt_ms(ms)
+    return text if text == "-" or text.endswith(" s") else f"{text} ms"
+
+
+FORMATS = {"num": fmt_num, "ms": fmt_ms, "pct": fmt_pct, "int": fmt_int}  # by COMPARISON_VIEW kind
 
 
 def render(headers: list[str], rows: list[list[str]], markdown: bool = False) -> str:
@@ -92,7 +114,7 @@ def _comparison_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     headers = ["policy"] + [h for h, _, _ in view]
     rows = []
     for rec in table.to_dict("records"):
-        rows.append([str(rec["policy"])] + [_FORMATS[k](rec.get(col)) for _, col, k in view])
+        rows.append([str(rec["policy"])] + [FORMATS[k](rec.get(col)) for _, col, k in view])
     return headers, rows
 
 
@@ -118,7 +140,7 @@ def format_summary(summary: dict, title: str) -> str:
         f" {fmt_num(s['total_token_throughput'])} total tok/s",
     ]
     lat_rows = [
-        [name] + [fmt_num((s[key] or {}).get(stat)) for stat in ("mean", "median", "p90", "p99")]
+        [name] + [fmt_ms((s[key] or {}).get(stat)) for stat in ("mean", "median", "p90", "p99")]
         for name, key in LATENCY_ROWS
     ]
     lat = render(["latency (ms)", "mean", "p50", "p90", "p99"], lat_rows)
