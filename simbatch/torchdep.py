@@ -12,9 +12,10 @@ from simbatch.errors import SimbatchError
 TORCH_HINT = "needs torch: pip install torch==2.13.0 (or 'simbatch[torch]')"
 
 
-def require_torch():
-    """The torch module, or a one-line :class:`SimbatchError` saying how to install it."""
+def require_torch(what: str):
+    """The torch module, or a one-line :class:`SimbatchError` saying that ``what`` (the command
+    or feature the user asked for: ``validate``, ``calibrate``...) needs it and how to install it."""
     try:
         return importlib.import_module("torch")
     except ImportError:
-        raise SimbatchError("calibrate", TORCH_HINT) from None
+        raise SimbatchError(what, TORCH_HINT) from None

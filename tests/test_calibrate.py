@@ -193,6 +193,14 @@ def test_calibrate_without_torch_says_how_to_install(tmp_path, monkeypatch, caps
     assert not (tmp_path / "p").exists()
 
 
+def test_validate_without_torch_names_validate(tmp_path, monkeypatch, capsys):
+    """It said "calibrate: needs torch", naming a command the user did not run (issue 15)."""
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert main(["validate", str(ROOT / "scenarios" / "validate_cpu.yaml"), "--out", str(tmp_path / "v")]) == 2
+    assert capsys.readouterr().err == NO_TORCH.replace("calibrate:", "validate:") + "\n"
+    assert not (tmp_path / "v").exists()
+
+
 def test_simulator_core_never_imports_torch():
     code = ("import sys; sys.modules['torch'] = None\n"
             "import simbatch.cli, simbatch.profiles, simbatch.calibrate, simbatch.calibrate.points\n"

@@ -22,7 +22,7 @@ def __getattr__(name):
     if name == "TorchBackend":
         from simbatch.torchdep import require_torch
 
-        require_torch()
+        require_torch("the torch backend")
         from simbatch.backends.torch_backend import TorchBackend
 
         return TorchBackend

@@ -16,7 +16,7 @@ from simbatch.torchdep import TORCH_HINT, require_torch
 
 def calibrate(*args, **kwargs):
     """Run a calibration (see :func:`simbatch.calibrate.runner.calibrate`); needs torch."""
-    require_torch()
+    require_torch("calibrate")
     from simbatch.calibrate.runner import calibrate as run
 
     return run(*args, **kwargs)

@@ -56,7 +56,7 @@ def run(args) -> None:
     from simbatch.calibrate import require_torch
     from simbatch.models import get_model
 
-    require_torch()
+    require_torch("calibrate")
     from simbatch.calibrate.runner import calibrate
 
     spec = get_model(args.model, "--model")

@@ -63,7 +63,7 @@ def validate(scenario: Scenario, device: str = "cpu", policies: list[str] | None
     cost model's predictions (see docs/validation.md)."""
     from simbatch.calibrate import require_torch
 
-    require_torch()
+    require_torch("validate")
     from simbatch.backends.device import default_dtype
     from simbatch.validation.profile import predicting_cost_model
     from simbatch.validation.realtime import build_torch_backend, check_validatable
