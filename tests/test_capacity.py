@@ -349,3 +349,19 @@ def test_split_candidates_size_both_pools_in_their_ratio(tmp_path, capsys):
     assert table.loc["1P+1D", "gpus"] == 2 * table.loc["colocated", "gpus"]
     assert main(["capacity", str(path), "--splits", "2-2"]) == 2
     assert "--splits" in capsys.readouterr().err
+
+
+def test_per_gpu_capacity_at_the_recommended_size_says_why_it_differs_from_one_replica():
+    """The table showed 0.103 req/s per GPU for one replica while the recommended 10 served
+    0.28 per GPU, unexplained (issue 15); now both show, with the reason for the gap."""
+    from simbatch.capacity.plan import Sizing
+    from simbatch.capacity.report import explain_per_gpu
+
+    group = Candidate("continuous", "a100-80gb", None, 4, 10)
+    smoother = explain_per_gpu(Sizing(group, 10, 27, None), 11.06, one_replica_rate=0.412)
+    assert "per GPU: 0.277 req/s at 10 replicas against 0.103 for one alone" in smoother
+    assert "smaller bursts" in smoother
+    whole = explain_per_gpu(Sizing(group.with_replicas(2), 2, 2, None), 30.0, one_replica_rate=110.4)
+    assert "1 did not hold" in whole and "headroom" in whole
+    assert explain_per_gpu(Sizing(group.with_replicas(2), 2, 2, None), 30.0, one_replica_rate=15.2) == ""
+    assert explain_per_gpu(Sizing(group.with_replicas(1), 1, 1, None), 10.0, one_replica_rate=3.0) == ""

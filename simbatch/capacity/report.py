@@ -20,7 +20,7 @@ VIEW = (
 )
 TARGET_VIEW = (
     ("replicas@R", "target_replicas", fmt_int), ("GPUs@R", "target_gpus", fmt_int),
-    ("$/h@R", "target_usd_per_hour", fmt_num),
+    ("req/s/GPU@R", "target_rate_per_gpu", fmt_num), ("$/h@R", "target_usd_per_hour", fmt_num),
 )
 
 
@@ -62,6 +62,7 @@ def _row(result: CapacityResult, b: Boundary, prices: dict[str, float]) -> dict:
         n = s.replicas if s else None
         row.update({"target_rate": result.target_rate, "target_replicas": n,
                     "target_gpus": n * c.gpus_per_replica if n else None,
+                    "target_rate_per_gpu": result.target_rate / (n * c.gpus_per_replica) if n else math.nan,
                     "target_usd_per_hour": n * c.gpus_per_replica * price if n else math.nan})
     return row
 
@@ -107,6 +108,27 @@ def explain_sizing(s: Sizing, target_rate: float, gpu_name: str) -> str:
     unit = "unit(s)" if s.group.split else "replica(s)"
     return (f"for {fmt_num(target_rate)} req/s: {head} needs {s.replicas} {unit} "
             f"(linear-scaling guess {s.estimate}), verified by simulation{why}")
+
+
+def explain_per_gpu(s: Sizing, target_rate: float, one_replica_rate: float) -> str:
+    """Why req/s per GPU at the recommended size differs from one replica's alone (empty when
+    it does not, or there is no size). Higher: the router splits the arrival stream, so each
+    replica sees smaller bursts than one replica alone at the same mean rate and runs nearer
+    its limit before the tail latency breaks the SLO (round-robin over n replicas turns
+    Poisson arrivals into Erlang-n ones: inter-arrival CV 1/sqrt(n)). Lower: replicas come
+    whole, and one fewer did not hold, so the replicas run below one replica's limit."""
+    if not s.replicas or s.replicas < 2 or not one_replica_rate > 0:
+        return ""
+    gpus = s.replicas * s.group.gpus_per_replica
+    per_gpu, alone = target_rate / gpus, one_replica_rate / s.group.gpus_per_replica
+    head = f"  per GPU: {fmt_num(per_gpu)} req/s at {s.replicas} replicas against {fmt_num(alone)} for one alone: "
+    if per_gpu > 1.05 * alone:
+        return head + ("the router splits the arrivals, so each replica sees smaller bursts than one replica "
+                       "taking them all, and runs nearer its limit before the tail breaks the SLO")
+    if per_gpu < 0.95 * alone:
+        return head + (f"replicas come whole and {s.replicas - 1} did not hold, so each runs below its limit "
+                       f"(the rest is headroom)")
+    return ""
 
 
 def _at(k: float, base_rate: float) -> str:

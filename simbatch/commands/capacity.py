@@ -78,6 +78,7 @@ def run(args) -> None:
 
 def _print_explanations(result, table) -> None:
     from simbatch.capacity import explain_boundary, explain_sizing
+    from simbatch.capacity.report import explain_per_gpu
     from simbatch.report.table import fmt_num
 
     rates = result.seed_rates
@@ -88,8 +89,15 @@ def _print_explanations(result, table) -> None:
         print_notes([f"{cand.label(result.gpu_names[cand])}: {why}"], "skipped")
     for b in result.boundaries:
         print(explain_boundary(b, result.base_rate, result.gpu_names[b.candidate]))
+    alone = {(r["policy"], r["hardware"], r["model"], r["tp"], r["split"]): r["max_rate"]
+             for r in table.to_dict("records") if r["replicas"] == 1} if len(table) else {}
     for s in result.sizing.values():
-        print(explain_sizing(s, result.target_rate, result.gpu_names[s.group.with_replicas(1)]))
+        gpu = result.gpu_names[s.group.with_replicas(1)]
+        print(explain_sizing(s, result.target_rate, gpu))
+        g = s.group
+        line = explain_per_gpu(s, result.target_rate, alone.get((g.policy, gpu, g.model or "", g.tp, g.split_name), 0))
+        if line:
+            print(line)
     if result.target_rate and len(table) and table["target_usd_per_hour"].notna().any():
         best = table.iloc[0]
         unit = "replica(s)" if best.get("split", "colocated") == "colocated" else f"unit(s) of {best['split']}"
