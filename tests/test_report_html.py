@@ -137,18 +137,21 @@ def test_sweep_csv_adds_load_curves(classroom, tmp_path):
     assert "only sweep.csv" in (only / "report.md").read_text()
 
 
-@pytest.mark.parametrize("make", ["missing", "empty", "bad_json", "no_steps"])
+@pytest.mark.parametrize("make", ["missing", "empty", "bad_json", "no_steps", "truncated"])
 def test_bad_folder_exits_2_with_one_line(classroom, tmp_path, capsys, make):
     folder = tmp_path / "d"
     if make != "missing":
         folder.mkdir()
-    if make in ("bad_json", "no_steps"):
+    if make in ("bad_json", "no_steps", "truncated"):
         for name in ("summary.json", "requests.csv", "steps.csv"):
             (folder / name).write_bytes((classroom / "static" / name).read_bytes())
     if make == "bad_json":
         (folder / "summary.json").write_text("{not json")
     if make == "no_steps":
         (folder / "steps.csv").unlink()
+    if make == "truncated":  # a requests.csv cut short was reported as if it were the run
+        lines = (folder / "requests.csv").read_text().splitlines(keepends=True)
+        (folder / "requests.csv").write_text("".join(lines[:-1]))
     assert main(["report", str(folder)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("simbatch: error: ") and "\n" not in err and str(folder) in err

@@ -86,11 +86,25 @@ def _read_csv(path: Path, columns: tuple[str, ...] | None) -> pd.DataFrame:
     return table[list(columns)] if columns else table
 
 
+def check_counts(folder: Path, summary: dict, requests: pd.DataFrame) -> None:
+    """A truncated or foreign ``requests.csv`` would report a different run: its rows must be
+    the summary's ``num_requests``, and its finished rows its ``completed``."""
+    want = summary.get("num_requests")
+    if isinstance(want, int) and len(requests) != want:
+        raise SimbatchError(str(folder / "requests.csv"), f"{len(requests):,} rows, but summary.json counts "
+                                                          f"{want:,} requests (truncated, or from another run?)")
+    done = summary.get("completed")
+    if isinstance(done, int) and "finish_s" in requests and int(requests["finish_s"].notna().sum()) != done:
+        raise SimbatchError(str(folder / "requests.csv"), f"{int(requests['finish_s'].notna().sum()):,} finished "
+                                                          f"rows, but summary.json counts {done:,} completed")
+
+
 def load_run(folder: Path, name: str | None = None) -> RunData:
     """Read one run folder (``summary.json``, ``requests.csv``, ``steps.csv``)."""
     summary = _read_json(folder / "summary.json")
     requests = _read_csv(folder / "requests.csv", REQUEST_COLUMNS)
     steps = _read_csv(folder / "steps.csv", STEP_COLUMNS)
+    check_counts(folder, summary, requests)
     label = name or str((summary.get("policy") or {}).get("kind") or folder.name)
     return RunData(label, folder, summary, requests, steps)
 
