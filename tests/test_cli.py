@@ -151,3 +151,14 @@ def test_an_empty_list_or_no_workers_is_refused_not_read_as_all(tmp_path, capsys
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"simbatch: error: {where}: {cause}") and "\n" not in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("override, where, cause", [
+    ("cluster.replicas=1000000000", "cluster.replicas", "1,000,000,000 replicas need at least"),
+    ("kv_cache.block_size=1000000000000", "kv_cache.block_size", "one block of llama-2-7b needs more memory"),
+])
+def test_sizes_that_cannot_be_built_are_refused_up_front(capsys, override, where, cause):
+    """A billion replicas hung building them; a huge block was blamed on the model's weights."""
+    assert main(["run", CLASSROOM, "--set", override]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"classroom.yaml: {where} (from --set {where})" in err and cause in err and "\n" not in err

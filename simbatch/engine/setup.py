@@ -99,6 +99,13 @@ def kv_blocks_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
         kv_bytes_per_token=model.kv_bytes_per_token, tensor_parallel=tp,
         block_size=kv.block_size, gpu_memory_utilization=kv.gpu_memory_utilization,
         reserved_bytes=reserved)
+    if blocks < 1 and kv_capacity_blocks(
+            gpu_memory_bytes=gpu.memory_bytes, weight_bytes=model.weight_bytes,
+            kv_bytes_per_token=model.kv_bytes_per_token, tensor_parallel=tp, block_size=1,
+            gpu_memory_utilization=kv.gpu_memory_utilization, reserved_bytes=reserved) >= 1:
+        raise SimbatchError(scenario.where("kv_cache.block_size"),
+                            f"{kv.block_size:,} tokens per block: one block of {model.name} needs more memory than "
+                            f"{gpu.name} has left for the KV cache; use a block of 16 or 32 tokens")
     if blocks < 1:
         raise SimbatchError(
             scenario.where(where),

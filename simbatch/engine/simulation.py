@@ -27,6 +27,7 @@ from simbatch.prefix_cache import build_kv_cache
 from simbatch.scenario import Scenario
 from simbatch.sequence import Sequence
 from simbatch.workload import Workload
+from simbatch.workload.size import check_fits_in_memory
 
 
 def build_groups(scenario: Scenario, model: ModelSpec) -> list[ReplicaGroupSetup]:
@@ -87,6 +88,8 @@ def run_cluster(scenario: Scenario, *, workload: Workload | None = None, env: si
     """
     if workload is None:
         workload = scenario.build_workload()
+    check_fits_in_memory(len(workload), scenario.where("workload"), num_replicas=scenario.cluster.replicas,
+                         replicas_where=scenario.where("cluster.replicas"))
     model = scenario.model
     groups = build_groups(scenario, model)
     if backend is not None or kv_blocks is not None:

@@ -34,6 +34,7 @@ from simbatch.prefix_cache import build_kv_cache, prefix_labels
 from simbatch.scenario import Scenario
 from simbatch.sequence import Sequence
 from simbatch.workload import Workload
+from simbatch.workload.size import check_fits_in_memory
 
 POOLS = ("prefill", "decode")
 
@@ -146,6 +147,9 @@ def run_pools(scenario: Scenario, fast_forward: bool = True) -> tuple[RunResult,
     left at the end of the run (tests read their KV caches)."""
     dis, model = scenario.disaggregation, scenario.model
     workload = scenario.build_workload()
+    check_fits_in_memory(len(workload), scenario.where("workload"),
+                         num_replicas=dis.prefill.replicas + dis.decode.replicas,
+                         replicas_where=scenario.where("disaggregation"))
     pools = [build_pool(scenario, model, i, name) for i, name in enumerate(POOLS)]
     check_pool_fits(workload, scenario, pools[0], held_tokens(scenario, workload.prompt_tokens, 1, model.max_context))
     check_pool_fits(workload, scenario, pools[1],
