@@ -9,9 +9,12 @@ what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 
 from simbatch.errors import SimbatchError
+
+MAX_INTEGER = 2**53  # the largest integer knob accepted (floats hold every integer up to it)
 
 
 def _coerce(value, typ, where: str):
@@ -33,12 +36,17 @@ def _coerce(value, typ, where: str):
             raise SimbatchError(where, f"expected true or false, got {value!r}")
         return value
     if typ is int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or (isinstance(value, float) and not math.isfinite(value)) or int(value) != value):
             raise SimbatchError(where, f"expected an integer, got {value!r}")
+        if abs(value) > MAX_INTEGER:  # no knob means that much; beyond it counts overflow int64 and C longs
+            raise SimbatchError(where, f"expected an integer of at most 2**53, got {value!r}")
         return int(value)
     if typ is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise SimbatchError(where, f"expected a number, got {value!r}")
+        if not math.isfinite(value):  # NaN passes no range check, inf makes a knob meaningless
+            raise SimbatchError(where, f"expected a finite number, got {value!r}")
         return float(value)
     if typ is str:
         if not isinstance(value, str):
@@ -53,6 +61,8 @@ def parse_params(cls, values: dict | None, where: str, ignore: tuple[str, ...] =
     ``cls.__post_init__`` may raise :class:`ValueError` with ``"field: cause"``;
     it is reported at ``where.field``.
     """
+    if values is not None and not isinstance(values, dict):
+        raise SimbatchError(where, f"expected a mapping of fields, got {values!r}")
     values = dict(values or {})
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]

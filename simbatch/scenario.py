@@ -319,7 +319,13 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
         raise SimbatchError(f"{source}: policy", "must be a mapping with a kind, e.g. {kind: continuous}")
     check_name(data, source)
     policy = parse_policy_spec(data["policy"], source)
-    for kind, params in (data.get("policies") or {}).items():
+    policies = data.get("policies") or {}
+    if not isinstance(policies, dict):
+        raise SimbatchError(f"{source}: policies", f"expected a mapping of policy kind to its knobs, e.g. "
+                                                   f"{{static: {{batch_size: 8}}}}, got {policies!r}")
+    for kind, params in policies.items():
+        if params is not None and not isinstance(params, dict):
+            raise SimbatchError(f"{source}: policies.{kind}", f"expected a mapping of knobs, got {params!r}")
         parse_policy({**(params or {}), "kind": kind}, f"{source}: policies.{kind}")
     seed = data.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -327,7 +333,8 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
     model = get_model(data["model"], f"{source}: model")
     gpu = get_gpu(data["hardware"], f"{source}: hardware")
     # checked against the policy it will drive
-    control = parse_control(data.get("control"), policy.kind, data.get("slo") or {}, f"{source}: control")
+    slo = parse_params(SLOParams, data.get("slo"), f"{source}: slo")
+    control = parse_control(data.get("control"), policy.kind, slo.as_dict(), f"{source}: control")
     cluster = parse_cluster(data.get("cluster"), f"{source}: cluster")
     group_policies = tuple(
         policy if group.policy is None else
@@ -343,7 +350,7 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
         model=model, gpu=gpu, policy=policy, group_policies=group_policies,
         control=control, cluster=cluster,
         kv_cache=parse_params(KVCacheParams, data.get("kv_cache"), f"{source}: kv_cache"),
-        slo=parse_params(SLOParams, data.get("slo"), f"{source}: slo"),
+        slo=slo,
         disaggregation=disaggregation,
         engine=parse_engine(data.get("engine"), f"{source}: engine"),
     )

@@ -77,7 +77,12 @@ def read_text(path: str | Path, what: str = "file") -> str:
 
 def compose(text: str, source: str) -> yaml.Node | None:
     """The checked node graph of a YAML document (None for an empty one)."""
-    loader = Loader(text)
+    try:
+        loader = Loader(text)  # its reader refuses control characters here, before parsing
+    except yaml.reader.ReaderError as exc:
+        line = text[: exc.position].count("\n") + 1
+        raise SimbatchError(f"{source}:{line}", f"invalid YAML: character U+{exc.character:04X} is not allowed "
+                                                f"(a control character; is this a text file?)") from None
     try:
         node = loader.get_single_node()
     except RecursionError:
@@ -110,7 +115,7 @@ def yaml_error(exc: yaml.YAMLError, source: str) -> SimbatchError:
     """PyYAML's error as one line, ``source:line`` where it has a position."""
     if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark:
         return SimbatchError(f"{source}:{exc.problem_mark.line + 1}", f"invalid YAML: {exc.problem}")
-    return SimbatchError(source, f"invalid YAML: {exc}")
+    return SimbatchError(source, "invalid YAML: " + " ".join(str(exc).split()))  # one line
 
 
 def check_node(root: yaml.Node, source: str) -> None:

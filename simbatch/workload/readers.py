@@ -204,6 +204,8 @@ def _load_csv(p: Path) -> _Table:
         if not m:
             raise SimbatchError(str(p), f"malformed CSV ({str(e).strip()})") from None
         raise SimbatchError(f"{p}:{m[2]}", f"expected {m[1]} fields, got {m[3]}") from None
+    if len(df.columns) == 0:  # pandas reads a blank first line as a header with no columns
+        raise SimbatchError(f"{p}:1", "the first line, the CSV header, is empty")
     df.columns = [str(c).strip() for c in df.columns]
     lines = np.arange(2, len(df) + 2)
     keep = _check_short_rows(p, df, lines)

@@ -48,6 +48,9 @@ def check_keys(spec: dict, allowed, where: str) -> None:
             raise SimbatchError(f"{where}.{key}", f"unknown key; allowed: {', '.join(allowed)}")
 
 
+MAX_INTEGER = 2**53
+
+
 def number(spec: dict, key: str, where: str, *, default=None, **rules) -> float:
     """``spec[key]`` checked by :func:`check_number` (``default`` when absent, if given)."""
     if key not in spec:
@@ -62,7 +65,8 @@ def check_number(v, where: str, *, minimum: float | None = None, positive: bool 
     """``v`` as a finite number (an int when ``integer``), else a SimbatchError at ``where``."""
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     if ok and integer:
-        ok = float(v).is_integer()
+        # Beyond 2**53 a float no longer holds every integer, and the arrays are int64.
+        ok = float(v).is_integer() and abs(v) <= MAX_INTEGER
     what = "an integer" if integer else "a number"
     if ok and positive and v <= 0:
         ok, what = False, f"a positive {what.split()[-1]}"
@@ -77,7 +81,7 @@ def _kind(spec, kinds: dict, where: str) -> str:
     """Validate ``spec``'s kind and keys against ``kinds``; return the kind."""
     spec = require_mapping(spec, where)
     kind = spec.get("kind")
-    if kind not in kinds:
+    if not isinstance(kind, str) or kind not in kinds:
         got = "missing" if kind is None else f"unknown kind {kind!r}"
         raise SimbatchError(f"{where}.kind", f"{got}; allowed: {', '.join(kinds)}")
     required, optional = kinds[kind]

@@ -1,0 +1,127 @@
+"""Hostile input through the CLI, in process: real scenarios and real trace rows, mutated.
+
+Whatever the mutation (a field dropped or retyped, an extreme number, bytes garbled
+or cut off), ``simbatch run`` must end with exit code 0, or with exit code 2, one
+line on stderr and no output folder; never a traceback (an exception escaping
+``main`` fails the test with it). Mutations are drawn by hypothesis, derandomised so
+CI sees the same cases each time.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simbatch.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT.parent / "shared" / "traces"
+# Values a careless or hostile user might put anywhere.
+HOSTILE = [-1, 0, 0.5, -0.0, 1e308, -1e308, float("nan"), float("inf"), True, False, None, "", "x", "1e30",
+           2**63, 10**30, [], [1, 2], {}, {"a": 1}, "../../etc", "\x00", "ü" * 3]
+SETTINGS = settings(max_examples=100, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+def small_scenarios() -> dict[str, dict]:
+    """Bundled scenarios small enough to run in a blink (chat cut to 40 requests)."""
+    out = {name: yaml.safe_load((ROOT / "scenarios" / f"{name}.yaml").read_text())
+           for name in ("classroom", "one_batch", "chat", "disaggregated")}
+    out["chat"]["workload"]["synthetic"]["num_requests"] = 40
+    dis = out["disaggregated"]["workload"]
+    if "synthetic" in dis:
+        dis["synthetic"]["num_requests"] = 40
+    return out
+
+
+SCENARIOS = small_scenarios()
+
+
+def paths(node, prefix=()) -> list[tuple]:
+    """Every key path of a mapping (list items by index)."""
+    found = []
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        found.append((*prefix, key))
+        found += paths(value, (*prefix, key))
+    return found
+
+
+def mutate(data: dict, path: tuple, action: str, value) -> dict:
+    data = copy.deepcopy(data)
+    parent = data
+    for key in path[:-1]:
+        parent = parent[key]
+    if action == "drop":
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    return data
+
+
+def check_run(tmp_path: Path, capsys, text: str | bytes, name: str = "s.yaml") -> None:
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass"))
+    out = tmp_path / "out"
+    code = main(["run", str(path), "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err
+    assert code in (0, 2), (code, err)
+    if code == 2:
+        assert err.startswith("simbatch: error: ") and "\n" not in err, err
+        assert not out.exists()
+
+
+@SETTINGS
+@given(data=st.data())
+def test_a_mutated_scenario_runs_or_is_one_line(tmp_path_factory, capsys, data):
+    name = data.draw(st.sampled_from(sorted(SCENARIOS)), "scenario")
+    scenario = SCENARIOS[name]
+    path = data.draw(st.sampled_from(paths(scenario)), "path")
+    action = data.draw(st.sampled_from(["drop", "set"]), "action")
+    value = data.draw(st.sampled_from(HOSTILE), "value")
+    mutated = mutate(scenario, path, action, value)
+    check_run(tmp_path_factory.mktemp("s"), capsys, yaml.safe_dump(mutated, allow_unicode=True))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_garbled_scenario_text_is_one_line(tmp_path_factory, capsys, data):
+    text = (ROOT / "scenarios" / "classroom.yaml").read_bytes()
+    cut = data.draw(st.integers(0, len(text)), "cut")
+    junk = data.draw(st.binary(max_size=8), "junk")
+    at = data.draw(st.integers(0, cut), "at")
+    check_run(tmp_path_factory.mktemp("g"), capsys, text[:at] + junk + text[at:cut])
+
+
+@pytest.mark.skipif(not (TRACES / "AzureLLMInferenceTrace_conv.csv").is_file(),
+                    reason="needs ../shared/traces beside the repository")
+@SETTINGS
+@given(data=st.data())
+def test_mutated_real_trace_rows_run_or_are_one_line(tmp_path_factory, capsys, data):
+    """The first rows of the real Azure conversation trace, with one field retyped, a row
+    cut short, bytes garbled, or the header changed."""
+    lines = (TRACES / "AzureLLMInferenceTrace_conv.csv").read_text().splitlines()[:30]
+    row = data.draw(st.integers(0, len(lines) - 1), "row")
+    action = data.draw(st.sampled_from(["field", "cut", "junk", "blank"]), "action")
+    fields = lines[row].split(",")
+    if action == "field":
+        col = data.draw(st.integers(0, len(fields) - 1), "column")
+        fields[col] = str(data.draw(st.sampled_from(HOSTILE), "value"))
+        lines[row] = ",".join(fields)
+    elif action == "cut":
+        lines[row] = lines[row][: data.draw(st.integers(0, len(lines[row])), "cut")]
+    elif action == "blank":
+        lines = lines[:row]
+    folder = tmp_path_factory.mktemp("t")
+    text = ("\n".join(lines) + "\n").encode()
+    if action == "junk":
+        text = text[:row * 10] + data.draw(st.binary(min_size=1, max_size=6), "junk") + text[row * 10:]
+    (folder / "t.csv").write_bytes(text)
+    scenario = {**SCENARIOS["classroom"], "workload": {"trace": "t.csv", "max_total_tokens": 4096}}
+    check_run(folder, capsys, yaml.safe_dump(scenario))
