@@ -59,7 +59,7 @@ def clean_stale(out_dir: Path) -> None:
     if not parent.is_dir():
         return
     for kind in ("tmp", "old"):
-        for p in parent.glob(f".{glob_escape(out_dir.name)}.{kind}-*"):
+        for p in parent.glob(f".{_glob_escape(out_dir.name)}.{kind}-*"):
             pid = p.name[len(out_dir.name) + len(kind) + 3:].partition("-")[0]
             if not pid.isdigit() or _alive(int(pid)):
                 continue
@@ -68,7 +68,7 @@ def clean_stale(out_dir: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def glob_escape(name: str) -> str:
+def _glob_escape(name: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
