@@ -97,9 +97,10 @@ class Prober:
     """Runs probes through an executor, each (candidate, scale, seed) once, and judges them."""
 
     def __init__(self, scenario: Scenario, slo: SLOSpec, seeds: list[int], executor: Executor,
-                 log: Log = lambda line: None):
+                 log: Log = lambda line: None, bar: Callable[[int], object] | None = None):
         self.scenario, self.slo, self.seeds = scenario, slo, seeds
         self.executor, self.log = executor, log
+        self.bar = bar  # makes a progress bar (update, close) over a round's runs; None: no bar
         self.records: dict[tuple[Candidate, float, int], tuple[dict, Verdict]] = {}
         self.num_rounds = 0
         self.phase = "rate search"  # for the log: "rate search" or "sizing"
@@ -110,7 +111,13 @@ class Prober:
                                   if (c, k, s) not in self.records))
         start = time.perf_counter()
         jobs = [Probe(self.scenario, c, k, s, self.slo) for c, k, s in todo]
-        for key, record in zip(todo, self.executor.map(run_probe, jobs)):
+        bar = self.bar(len(todo)) if self.bar and todo else None
+        try:
+            results = self.executor.map(run_probe, jobs, (lambda i, r: bar.update()) if bar else None)
+        finally:
+            if bar:
+                bar.close()
+        for key, record in zip(todo, results):
             self.records[key] = (record, judge(record, self.slo))
         self.num_rounds += 1
         self.log(f"{self.phase} round {self.num_rounds}: {len(asked)} probe(s) x {len(self.seeds)} seed(s): "
@@ -147,11 +154,13 @@ class Prober:
 
 def find_capacity(scenario: Scenario, slo: SLOSpec, candidates: list[Candidate], *, seeds: list[int],
                   tolerance: float = 0.05, target_rate: float | None = None,
-                  executor: Executor | None = None, log: Log = lambda line: None) -> CapacityResult:
+                  executor: Executor | None = None, log: Log = lambda line: None,
+                  bar: Callable[[int], object] | None = None) -> CapacityResult:
     """Search each candidate's highest sustainable rate, then size each for ``target_rate`` (req/s).
 
     Every probe runs once per seed in ``seeds`` and holds only if all hold.
-    ``log`` receives one line per round of runs.
+    ``log`` receives one line per round of runs; ``bar(n)``, if given, makes a progress bar
+    (``update()``, ``close()``) for a round of n runs (:class:`simbatch.sweep.progress.Progress`).
     """
     if not seeds:
         raise SimbatchError("--seeds", "expected at least one seed")
@@ -164,7 +173,7 @@ def find_capacity(scenario: Scenario, slo: SLOSpec, candidates: list[Candidate],
     base_rate = sum(seed_rates.values()) / len(seed_rates)
     gpu_names, skipped = check_candidates(scenario, candidates, list(workloads.values()))
     live = [c for c in candidates if c not in skipped]
-    prober = Prober(scenario, slo, seeds, executor or InlineExecutor(), log)
+    prober = Prober(scenario, slo, seeds, executor or InlineExecutor(), log, bar)
     brackets = drive({c: rate_search(1.0, tolerance) for c in live}, prober.holds)
     result = CapacityResult(scenario, slo, base_rate, seed_rates,
                             [_boundary(prober, c, brackets[c]) for c in live], skipped, gpu_names, target_rate)

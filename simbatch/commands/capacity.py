@@ -65,7 +65,7 @@ def run(args) -> None:
     try:
         result = find_capacity(scenario, slo, candidates, seeds=seeds, tolerance=args.tolerance,
                                target_rate=args.target_rate, executor=executor,
-                               log=lambda line: print(line, flush=True))
+                               log=lambda line: print(line, flush=True), bar=_round_bar())
     finally:
         executor.close()
     table = capacity_table(result, prices)
@@ -74,6 +74,16 @@ def run(args) -> None:
     if args.out:
         write_capacity(args.out, table, result.probes)
         print(f"wrote {args.out}/capacity.csv and probes.csv ({len(result.probes)} runs)")
+
+
+def _round_bar():
+    """A live progress bar (count, elapsed, ETA) for each round of runs, on a terminal only:
+    elsewhere the one line per round is the record."""
+    import sys
+
+    from simbatch.sweep.progress import Progress
+
+    return (lambda n: Progress(n)) if sys.stderr.isatty() else None
 
 
 def _print_explanations(result, table) -> None:
