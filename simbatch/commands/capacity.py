@@ -99,13 +99,11 @@ def _print_explanations(result, table) -> None:
         print_notes([f"{cand.label(result.gpu_names[cand])}: {why}"], "skipped")
     for b in result.boundaries:
         print(explain_boundary(b, result.base_rate, result.gpu_names[b.candidate]))
-    alone = {(r["policy"], r["hardware"], r["model"], r["tp"], r["split"]): r["max_rate"]
-             for r in table.to_dict("records") if r["replicas"] == 1} if len(table) else {}
+    alone = {b.candidate: b.lo * result.base_rate for b in result.boundaries if b.lo}  # one replica's rate
     for s in result.sizing.values():
-        gpu = result.gpu_names[s.group.with_replicas(1)]
-        print(explain_sizing(s, result.target_rate, gpu))
-        g = s.group
-        line = explain_per_gpu(s, result.target_rate, alone.get((g.policy, gpu, g.model or "", g.tp, g.split_name), 0))
+        one = s.group.with_replicas(1)
+        print(explain_sizing(s, result.target_rate, result.gpu_names[one]))
+        line = explain_per_gpu(s, result.target_rate, alone.get(one, 0))
         if line:
             print(line)
     if result.target_rate and len(table) and table["target_usd_per_hour"].notna().any():

@@ -17,7 +17,6 @@ from simbatch.errors import SimbatchError
 import simbatch.workload.transforms as transforms
 from simbatch.workload.readers import read_trace
 from simbatch.workload.request import Request, Workload
-from simbatch.workload.size import check_fits_in_memory
 from simbatch.workload.synthetic import (check_keys, check_number, number, require_mapping, sample_arrivals,
                                          synthetic_workload)
 
@@ -52,9 +51,7 @@ def build_workload(spec: dict, *, base_dir: Path, seed: int, where: str) -> Work
         w = synthetic_workload(spec["synthetic"], rng, f"{where}.synthetic", base_dir)
     else:
         w = _from_requests(spec["requests"], f"{where}.requests")
-    w = check_time_span(_apply_options(w, spec, where), where)
-    check_fits_in_memory(len(w), where)  # a trace's count is known once read (synthetic: before)
-    return w
+    return check_time_span(_apply_options(w, spec, where), where)
 
 
 # Simulated time is a float of seconds: at t its resolution is about t x 2.2e-16, so beyond

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from simbatch.errors import SimbatchError
+from simbatch.params import MAX_INTEGER
 from simbatch.workload.request import Workload
 from simbatch.workload.size import check_fits_in_memory
 
@@ -46,9 +47,6 @@ def check_keys(spec: dict, allowed, where: str) -> None:
     for key in spec:
         if key not in allowed:
             raise SimbatchError(f"{where}.{key}", f"unknown key; allowed: {', '.join(allowed)}")
-
-
-MAX_INTEGER = 2**53
 
 
 def number(spec: dict, key: str, where: str, *, default=None, **rules) -> float:

@@ -27,6 +27,7 @@ from simbatch.engine.setup import (
     kv_blocks_per_replica,
     replica_backend,
 )
+from simbatch.disaggregation_params import POOLS
 from simbatch.errors import SimbatchError
 from simbatch.eventlog import EventLog
 from simbatch.models import ModelSpec
@@ -35,8 +36,6 @@ from simbatch.scenario import Scenario
 from simbatch.sequence import Sequence
 from simbatch.workload import Workload
 from simbatch.workload.size import check_fits_in_memory
-
-POOLS = ("prefill", "decode")
 
 
 @dataclass
