@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from simbatch.errors import SimbatchError
+from simbatch.report.csv_table import write_csv as _write_csv  # tests replace it here
 
 MARKER = ".simbatch-output"  # in every output folder: simbatch wrote it, and may replace it whole
 # What earlier simbatch outputs hold (before the marker): they may be replaced too.
@@ -101,10 +102,6 @@ def _write_json(path: Path, obj: dict) -> None:
     # Keys keep the dict's order (the summary's stable order); allow_nan=False
     # makes any NaN that slipped past json_safe an error, not invalid JSON.
     path.write_text(json.dumps(json_safe(obj), indent=2, allow_nan=False) + "\n", encoding="utf-8")
-
-
-def _write_csv(path: Path, table: pd.DataFrame) -> None:
-    table.to_csv(path, index=False)
 
 
 def _write_text(path: Path, lines: list[str]) -> None:
