@@ -150,3 +150,20 @@ def test_a_finished_row_of_a_padded_batch_reads_its_own_cache():
     slot = b.pool.slot(b.pool.tables[0], 0)
     assert int(index[0, 0]) == slot  # row 0 gathers request 0's blocks
     assert b.pool.length(0) == 11 and b.pool.length(1) == 27  # and writes nothing there
+
+
+def test_replay_executes_a_recorded_plan_again_and_leaves_the_run_as_it_was():
+    b = backend()
+    plans = [StepPlan([0, 1], [20, 7], [0, 0]),
+             StepPlan([0, 1, 2], [1, 1, 30], [20, 7, 0], num_decode_slots=2),
+             StepPlan([0, -1], [1, 0], [21, 7], num_pad_tokens=[0, 1], num_decode_slots=2)]
+    for plan in plans:
+        b.step_cost(plan)
+    steps, lengths, free = list(b.steps), dict(b.pool.lengths), b.pool.num_free
+    for rec in steps:
+        again = b.replay(rec.plan)
+        assert again.num_rows == rec.num_rows and again.forward_s > 0
+        assert again.plan.num_new_tokens == rec.plan.num_new_tokens
+        assert again.plan.num_context_tokens == rec.plan.num_context_tokens
+        assert [r < 0 for r in again.plan.request_ids] == [r < 0 for r in rec.plan.request_ids]
+    assert b.steps == steps and dict(b.pool.lengths) == lengths and b.pool.num_free == free

@@ -54,9 +54,10 @@ def test_validate_end_to_end(tmp_path, capsys):
     pytest.importorskip("torch")
     out = tmp_path / "out"
     code = main(["validate", str(write_scenario(tmp_path)), "--device", "cpu", "--threads", "1",
-                 "--policies", "static,chunked_prefill", "--profile", str(PROFILE), "--out", str(out)])
+                 "--policies", "static,chunked_prefill", "--profile", str(PROFILE), "--noise-repeats", "2",
+                 "--out", str(out)])
     assert code == 0
-    printed = capsys.readouterr().out
+    printed, err = capsys.readouterr()
     assert "static" in printed and "chunked_prefill" in printed
     report = json.loads((out / "validation.json").read_text())
     assert set(report["policies"]) == {"static", "chunked_prefill"}
@@ -78,14 +79,32 @@ def test_validate_end_to_end(tmp_path, capsys):
     # static pads: its steps compute padded tokens for real
     assert steps.loc[steps["policy"] == "static", "padded_tokens"].sum() > 0
     assert (out / "step_scatter.png").stat().st_size > 0 and (out / "latency_cdfs.png").stat().st_size > 0
+    # the noise floor: sampled steps executed again, beside the step errors
+    noise = pd.read_csv(out / "noise.csv")
+    for kind, entry in report["policies"].items():
+        mine = noise[noise["policy"] == kind]
+        floor = entry["noise_ape"]
+        assert floor["steps"] == mine["step"].nunique() > 0
+        assert (mine.groupby("step")["sample"].count() == 3).all()  # the original and 2 replays
+        assert floor["median"] == pytest.approx(mine["noise_ape"].median())
+        assert entry["step_ape_over_noise"] == pytest.approx(entry["step_ape"]["median"] / floor["median"])
+        # the replayed plans are the recorded ones: same tokens as the measured steps they sample
+        sampled = steps[(steps["policy"] == kind) & steps["step"].isin(mine["step"])]
+        assert len(sampled) == floor["steps"]
+    # the shipped profile names its machine; on another one validate says it was measured elsewhere
+    machine = report["profile_machine"]
+    assert machine["matches"] == (not machine["differences"])
+    if not machine["matches"]:
+        assert "measured elsewhere" in err
 
 
 @pytest.mark.parametrize("args, text, message", [
     (["--policies", "greedy"], SCENARIO, "unknown policy"),
     (["--profile", "no/such/dir"], SCENARIO, "no profile at"),
     (["--set", "cluster.replicas=2"], SCENARIO, "one replica"),
+    (["--noise-repeats", "-1"], SCENARIO, "--noise-repeats: must be >= 0"),
     ([], SCENARIO.replace("prompt: 90", "prompt: 3000"), "context window"),
-], ids=["policy", "profile", "replicas", "context"])
+], ids=["policy", "profile", "replicas", "noise", "context"])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, args, text, message):
     pytest.importorskip("torch")
     out = tmp_path / "out"

@@ -19,6 +19,10 @@ import torch
 from simbatch.errors import SimbatchError
 
 _SMI_CLOCKS = "clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem"
+# CPU extensions torch's kernels (oneDNN, its own vectorised code) dispatch on: a profile
+# measured with AMX or AVX-512 does not price a machine without them (simbatch.machine).
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_tile", "amx_bf16",
+             "amx_int8")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -61,10 +65,17 @@ def device_kind(device: torch.device) -> str:
 
 
 def device_facts(device: torch.device, threads: int) -> dict:
-    """The ``device:`` mapping of ``profile.yaml``: kind, name, versions, clocks, threads."""
+    """The ``device:`` mapping of ``profile.yaml``: kind, name, versions, clocks, threads, and on
+    a CPU its instruction-set extensions, on a GPU its memory and compute capability (what
+    :mod:`simbatch.machine` compares)."""
     facts = {"kind": device_kind(device), "name": _device_name(device), "torch": str(torch.__version__),
              "driver": None, "cuda": None, "clocks": None, "threads": threads}
+    if device.type == "cpu":
+        facts["isa"] = cpu_extensions()
     if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        facts["memory_gib"] = round(props.total_memory / 2**30, 1)
+        facts["capability"] = f"{props.major}.{props.minor}"
         facts["cuda"] = torch.version.cuda
         facts["driver"] = _smi_query("driver_version", device)
         clocks = _smi_query(_SMI_CLOCKS, device)
@@ -73,6 +84,19 @@ def device_facts(device: torch.device, threads: int) -> dict:
             values = [v.strip() for v in clocks.split(",")]
             facts["clocks"] = {k.replace(".", "_") + "_mhz": _number(v) for k, v in zip(_SMI_CLOCKS.split(","), values)}
     return facts
+
+
+def cpu_extensions() -> list[str] | None:
+    """The :data:`ISA_FLAGS` this CPU has (from ``/proc/cpuinfo``), or None where unreadable."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            line = next((line for line in f if line.startswith("flags")), None)
+    except OSError:
+        return None
+    if line is None:
+        return None
+    flags = set(line.split(":", 1)[1].split())
+    return [flag for flag in ISA_FLAGS if flag in flags]
 
 
 def available_memory(device: torch.device) -> int:

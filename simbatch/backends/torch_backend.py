@@ -44,6 +44,7 @@ from simbatch.models import ModelSpec, get_model
 from simbatch.plan import StepPlan
 
 WARMUP_RID = 1 << 40  # request ids the warm-up uses (never a workload's)
+REPLAY_RID = 1 << 41  # and those a replay's stand-in requests use
 
 
 @dataclass(slots=True)
@@ -112,6 +113,11 @@ class TorchBackend:
         self._last_end = None
         self._owners = {}
 
+    @property
+    def facts(self) -> dict:
+        """The machine this backend runs on (``profile.yaml``'s ``device:`` mapping; simbatch.machine)."""
+        return dict(self._facts)
+
     def describe(self) -> dict:
         """What ran: kind, device, dtype, model, KV pool, threads, seed."""
         return {"kind": "torch", "source": f"measured:{self._facts['name']}", "device": self._facts["kind"],
@@ -151,6 +157,31 @@ class TorchBackend:
         self.steps.append(record)
         self._last_end = end
         return StepCost(record.seconds, {"overhead": record.overhead_s, "forward": record.forward_s})
+
+    def replay(self, plan: StepPlan) -> StepRecord:
+        """Execute a recorded ``plan`` again and return its record (not kept in :attr:`steps`).
+
+        The plan's requests are long gone, so stand-ins take their places: fresh
+        ids whose caches hold the plan's contexts by bookkeeping alone
+        (:meth:`PagedKVPool.pretend`), padding-only rows each reading a stand-in's
+        cache as they read their finished request's. The work is the plan's, slot
+        for slot: how long it takes a second time is the measurement's noise
+        (simbatch.validation.noise). Host time counts from this call (no engine ran)."""
+        ids = [REPLAY_RID + i for i in range(plan.num_slots)]
+        rids = [mine if rid >= 0 else -1 for mine, rid in zip(ids, plan.request_ids)]
+        clock, self._clock = self._clock, None
+        try:
+            for rid, ctx in zip(ids, plan.num_context_tokens):
+                self.pool.pretend(rid, ctx)
+            self._owners = dict(enumerate(ids)) if plan.num_pad_tokens is not None else {}
+            self._last_end = None
+            self.step_cost(dataclasses.replace(_copy(plan), request_ids=rids))
+            return self.steps.pop()
+        finally:
+            for rid in ids:
+                self.pool.release(rid)
+            self._owners = {}
+            self._clock, self._last_end = clock, None
 
     def _row_owners(self, plan: StepPlan) -> dict[int, int] | None:
         """Slot -> the request that last held it, for a padded batch's padding-only slots

@@ -72,6 +72,15 @@ class PagedKVPool:
         if table:
             self.free_blocks.extend(reversed(table))
 
+    def pretend(self, rid: int, tokens: int) -> None:
+        """Give ``rid`` exactly ``tokens`` cached tokens by bookkeeping alone (blocks allocated,
+        length set, values left as they are): a step's timing does not depend on the values,
+        so calibration and replays need no prefill first."""
+        self.release(rid)
+        if tokens:
+            self.ensure(rid, tokens)
+            self.advance(rid, tokens)
+
     def slot(self, table: list[int], position: int) -> int:
         """The flat slot of token ``position`` of a request with block table ``table``."""
         return table[position // self.block_size] * self.block_size + position % self.block_size

@@ -96,14 +96,6 @@ def kv_tokens_needed(points: list[tuple[int, int, int]], repeats: int) -> int:
     return need
 
 
-def fake_context(pool, rid: int, tokens: int) -> None:
-    """Give ``rid`` exactly ``tokens`` cached tokens by bookkeeping alone (values unused)."""
-    pool.release(rid)
-    if tokens:
-        pool.ensure(rid, tokens)
-        pool.advance(rid, tokens)
-
-
 def time_plan(backend, rows: int, seqs: int, ctx: int, timing: tuple[int, int, float]) -> tuple[Stats, Stats]:
     """(forward, host) statistics of the canonical plan over fresh fake contexts each repeat."""
     max_repeats, min_repeats, budget_s = timing
@@ -111,7 +103,7 @@ def time_plan(backend, rows: int, seqs: int, ctx: int, timing: tuple[int, int, f
 
     def once():
         for rid in range(seqs):
-            fake_context(backend.pool, rid, ctx)
+            backend.pool.pretend(rid, ctx)
         backend._last_end = None  # host time: this step's own, not the gap since the last repeat
         backend.step_cost(canonical_plan(rows, seqs, ctx))
         rec = backend.steps.pop()

@@ -19,7 +19,7 @@ NAME = "validate"
 HELP = "measure the simulator's error: against a real torch model (CPU or GPU), or against measured server logs"
 # Torch-mode options (dest, flag): None by default so an explicit one can be told apart.
 TORCH_OPTIONS = (("device", "--device"), ("policies", "--policies"), ("profile", "--profile"),
-                 ("dtype", "--dtype"), ("threads", "--threads"))
+                 ("dtype", "--dtype"), ("threads", "--threads"), ("noise_repeats", "--noise-repeats"))
 DEFAULT_DEVICE = "cpu"
 DEFAULT_POLICIES = "static,dynamic,continuous,chunked_prefill"
 
@@ -45,6 +45,9 @@ def add_arguments(p) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: 1 on CPU, steadier on a shared machine; the shipped "
                         "CPU profiles are measured with 1)")
+    p.add_argument("--noise-repeats", type=int, default=None, metavar="N",
+                   help="execute a sample of each policy's steps N more times for the noise floor beside the "
+                        "step errors (default: 5; 0 skips it; torch mode)")
 
 
 def run(args) -> None:
@@ -68,9 +71,12 @@ def run_torch(args) -> None:
     scenario = load(args)
     if args.threads is not None and args.threads < 1:
         raise SimbatchError("--threads", f"must be >= 1, got {args.threads}")
+    if args.noise_repeats is not None and args.noise_repeats < 0:
+        raise SimbatchError("--noise-repeats", f"must be >= 0, got {args.noise_repeats}")
     kinds = comma_list(args.policies, "--policies") or DEFAULT_POLICIES.split(",")
+    noise = {} if args.noise_repeats is None else {"noise_repeats": args.noise_repeats}
     result = validate(scenario, args.device or DEFAULT_DEVICE, kinds, profile=args.profile, dtype=args.dtype,
-                      threads=args.threads)
+                      threads=args.threads, **noise)
     for kind, v in result.policies.items():
         print_notes(v.measured.messages, f"note [{kind}]")
     b = result.backend

@@ -1,69 +1,122 @@
-"""The predicted side's cost model: the ``profile`` model calibrated for this device and model.
+"""The predicted side's cost model: the ``profile`` model calibrated on this machine for this model.
 
-A profile applies when it was measured on this kind of device, for this
-model's shapes, in the backend's dtype and (on CPU) with the same number of
-torch threads: a CPU's per-operator times change a lot with the thread count.
-:func:`find_profile` looks for ``calibration/profiles/<device>-<model>-<dtype>-tp1``
-(``simbatch calibrate``'s default folder) under the working directory and
-the source tree; when none applies, :func:`predicting_cost_model` calibrates
-one first (quick mode) into a new folder, which validate then writes beside
-its results.
+A profile applies when it was measured for this model's shapes, in the
+backend's dtype, on this machine: the identity fields of
+:mod:`simbatch.machine` (CPU model and cores, instruction-set extensions,
+torch threads and version; on a GPU its name, memory, compute capability and
+CUDA version) must agree with the backend's. :func:`find_profile` looks for
+``calibration/profiles/<device>-<model>-<dtype>-tp1`` (``simbatch calibrate``'s
+default folder) under the working directory and the source tree; when none
+applies, :func:`predicting_cost_model` says why and calibrates one first
+(quick mode) into a new folder, which validate then writes beside its
+results. A profile named with ``--profile`` is always used, with a warning
+when it was measured on another machine.
 """
 
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from simbatch.costmodel import build_cost_model
 from simbatch.errors import SimbatchError
 from simbatch.hardware import GPUSpec
+from simbatch.machine import machine_differences, machine_notes
 from simbatch.models import ModelSpec
 from simbatch.profiles import read_profile
 
 SOURCE_TREE = Path(__file__).resolve().parents[2]
 
 
-def profile_applies(path: Path, kind: str, model: ModelSpec, dtype: str, threads: int) -> bool:
-    """Whether the profile in ``path`` was measured for this device kind, model, dtype (and CPU threads)."""
+@dataclass
+class ProfileChoice:
+    """The profile the predictions use and how it was chosen (``validation.json``'s
+    ``profile_machine``)."""
+
+    cost_model: object
+    path: Path
+    calibrated_now: bool
+    differences: list[str] = field(default_factory=list)  # identity fields that differ (given profiles)
+    notes: list[str] = field(default_factory=list)        # recorded-only fields that differ
+    rejected: dict[str, list[str]] = field(default_factory=dict)  # profiles found but not applicable
+    calibrate_s: float | None = None
+
+    def as_json(self) -> dict:
+        """What ``validation.json`` records of the choice."""
+        return {"matches": not self.differences, "differences": self.differences, "notes": self.notes,
+                "rejected": self.rejected, "calibrate_s": self.calibrate_s}
+
+
+def profile_mismatch(path: Path, model: ModelSpec, dtype: str, here: dict) -> list[str]:
+    """Why the profile in ``path`` does not apply here (empty: it applies)."""
     try:
         header = read_profile(path).header
-    except (SimbatchError, OSError, ValueError):
-        return False
-    device = header.get("device") or {}
-    same = (device.get("kind") == kind and header.get("dtype") == dtype
-            and (header.get("model") or {}).get("name") == model.name
-            and int(header.get("tensor_parallel") or 1) == 1)
-    return same and (kind != "cpu" or int(device.get("threads") or 0) == threads)
+    except (SimbatchError, OSError, ValueError) as exc:
+        return [f"unreadable: {exc}"]
+    out = []
+    if (header.get("model") or {}).get("name") != model.name:
+        out.append(f"model: {(header.get('model') or {}).get('name')} there, {model.name} here")
+    if header.get("dtype") != dtype:
+        out.append(f"dtype: {header.get('dtype')} there, {dtype} here")
+    if int(header.get("tensor_parallel") or 1) != 1:
+        out.append(f"tensor_parallel: {header.get('tensor_parallel')} there, 1 here")
+    return out + machine_differences(header.get("device") or {}, here)
 
 
-def find_profile(kind: str, model: ModelSpec, dtype: str, threads: int) -> Path | None:
-    """The first applicable profile in the default folders, or None."""
-    name = Path("calibration") / "profiles" / f"{kind}-{model.name}-{dtype}-tp1"
-    for root in (Path.cwd(), SOURCE_TREE):
+def find_profile(model: ModelSpec, dtype: str, here: dict) -> tuple[Path | None, dict[str, list[str]]]:
+    """(the first applicable profile in the default folders or None, {profile: why not} for
+    those found that do not apply)."""
+    name = Path("calibration") / "profiles" / f"{here['kind']}-{model.name}-{dtype}-tp1"
+    rejected = {}
+    for root in dict.fromkeys((Path.cwd().resolve(), SOURCE_TREE)):  # once where they are one folder
         path = root / name
-        if (path / "profile.yaml").is_file() and profile_applies(path, kind, model, dtype, threads):
-            return path
-    return None
+        if not (path / "profile.yaml").is_file():
+            continue
+        why = profile_mismatch(path, model, dtype, here)
+        if not why:
+            return path, rejected
+        rejected[str(path)] = why
+    return None, rejected
 
 
 def predicting_cost_model(model: ModelSpec, gpu: GPUSpec, device: str, dtype: str, threads: int,
-                          given: Path | None, seed: int, progress: Callable[[str], None]):
-    """(cost model, profile folder, whether it was calibrated now) for the predicted side."""
-    from simbatch.backends.device import device_kind, resolve_device
+                          given: Path | None, seed: int, progress: Callable[[str], None],
+                          here: dict) -> ProfileChoice:
+    """The cost model the predictions use, from ``given``, a matching profile, or one calibrated
+    now; ``here`` is the backend's machine (:attr:`TorchBackend.facts`)."""
+    if given is not None:
+        header = read_profile(given).header
+        choice = ProfileChoice(None, Path(given), False, profile_mismatch(given, model, dtype, here),
+                               machine_notes(header.get("device") or {}, here))
+        if choice.differences:
+            progress(f"warning: --profile {given} was measured elsewhere ({'; '.join(choice.differences)}); "
+                     "its predictions are for that machine, not this one")
+    else:
+        path, rejected = find_profile(model, dtype, here)
+        choice = ProfileChoice(None, path, False, rejected=rejected)
+        if path is None:
+            choice.path, choice.calibrate_s = _calibrate_here(model, device, dtype, threads, seed, rejected,
+                                                              progress)
+            choice.calibrated_now = True
+    choice.cost_model = build_cost_model({"kind": "profile", "path": str(Path(choice.path).resolve())},
+                                         model, gpu, 1, where="--profile")
+    return choice
 
-    path, fresh = given, False
-    if path is None:
-        path = find_profile(device_kind(resolve_device(device)), model, dtype, threads)
-    if path is None:
-        from simbatch.calibrate.runner import calibrate
 
-        progress(f"no {device} profile for {model.name} ({dtype}, {threads} threads): calibrating (quick)")
-        path = Path(tempfile.mkdtemp(prefix="simbatch-validate-")) / "profile"
-        calibrate(model, device, dtype, quick=True, out=path, seed=seed, threads=threads,
-                  progress=lambda m: progress(f"calibrate: {m}"))
-        fresh = True
-    cost = build_cost_model({"kind": "profile", "path": str(Path(path).resolve())}, model, gpu, 1,
-                            where="--profile")
-    return cost, Path(path), fresh
+def _calibrate_here(model, device, dtype, threads, seed, rejected, progress) -> tuple[Path, float]:
+    from simbatch.calibrate.runner import calibrate
+
+    for path, why in rejected.items():
+        progress(f"{path} does not match this machine ({'; '.join(why)})")
+    progress(f"no {device} profile for {model.name} ({dtype}, {threads} threads) measured on this machine: "
+             "calibrating (quick; about a minute for a small model on a CPU)")
+    path = Path(tempfile.mkdtemp(prefix="simbatch-validate-")) / "profile"
+    start = time.perf_counter()
+    calibrate(model, device, dtype, quick=True, out=path, seed=seed, threads=threads,
+              progress=lambda m: progress(f"calibrate: {m}"))
+    took = time.perf_counter() - start
+    progress(f"calibrated in {took:.0f} s")
+    return path, round(took, 1)

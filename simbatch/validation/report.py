@@ -4,7 +4,8 @@
 a ``policy`` column), ``step_scatter.png``, ``latency_cdfs.png``, each
 policy's two runs as ``OUT/<policy>/measured/`` and ``OUT/<policy>/predicted/``
 (the usual ``summary.json``, ``requests.csv``, ``steps.csv``, ``run.log``:
-``simbatch report`` reads them), and ``profile/`` when the profile was
+``simbatch report`` reads them), ``noise.csv`` (the replayed steps of the
+noise floor, simbatch.validation.noise), and ``profile/`` when the profile was
 calibrated for this validation.
 """
 
@@ -19,6 +20,7 @@ import pandas as pd
 
 from simbatch.report.outputs import json_safe, write_files, write_run
 from simbatch.report.table import render
+from simbatch.validation.noise import COLUMNS as NOISE_COLUMNS
 from simbatch.validation.plots import plot_latency_cdfs, plot_step_scatter
 
 COLUMNS = (("steps", None), ("step APE p50 %", ("step_ape", "median")), ("p90 %", ("step_ape", "p90")),
@@ -26,6 +28,7 @@ COLUMNS = (("steps", None), ("step APE p50 %", ("step_ape", "median")), ("p90 %"
            ("prefill p50 %", ("step_ape", "prefill_heavy", "median")),
            ("mixed p50 %", ("step_ape", "mixed", "median")),
            ("fwd p50 %", ("forward_ape", "median")),
+           ("noise p50 %", ("noise_ape", "median")), ("APE/noise", ("step_ape_over_noise",)),
            ("TTFT p50 %", ("ttft_p50_err",)), ("TTFT p99 %", ("ttft_p99_err",)),
            ("TPOT p50 %", ("tpot_p50_err",)),
            ("E2EL p50 %", ("e2el_p50_err",)), ("E2EL p99 %", ("e2el_p99_err",)),
@@ -50,7 +53,12 @@ def format_table(validation) -> str:
                 continue
             value = _get(v.errors, path)
             signed = path[-1].endswith("_err")
-            row.append("-" if value is None else (f"{value * 100:+.1f}" if signed else f"{value * 100:.1f}"))
+            if value is None:
+                row.append("-")
+            elif path == ("step_ape_over_noise",):
+                row.append(f"{value:.1f}x")
+            else:
+                row.append(f"{value * 100:+.1f}" if signed else f"{value * 100:.1f}")
         rows.append(row)
     return render(["policy"] + [name for name, _ in COLUMNS], rows)
 
@@ -74,6 +82,10 @@ def write_validation(out_dir: str | Path, validation) -> Path:
     }
     for kind, v in validation.policies.items():
         writers[kind] = partial(_write_sides, v)
+    noise = [v.noise.assign(policy=kind) for kind, v in validation.policies.items() if v.noise is not None]
+    if noise:
+        table = pd.concat(noise, ignore_index=True)
+        writers["noise.csv"] = lambda p: table[["policy", *NOISE_COLUMNS]].to_csv(p, index=False)
     if validation.profile_fresh:
         writers["profile"] = lambda p: shutil.copytree(validation.profile_path, p)
     write_files(out_dir, writers)

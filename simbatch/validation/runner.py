@@ -16,6 +16,7 @@ from simbatch.engine.simulation import run_cluster
 from simbatch.errors import SimbatchError
 from simbatch.scenario import Scenario
 from simbatch.validation.compare import pair_steps, policy_validation
+from simbatch.validation.noise import REPEATS, noise_floor, noise_stats, over_noise
 
 POLICY_ORDER = ("static", "dynamic", "continuous", "chunked_prefill")
 # Torch threads of a CPU validation unless told: one thread is far steadier on a machine shared
@@ -32,6 +33,7 @@ class PolicyValidation:
     pairs: pd.DataFrame
     errors: dict
     wall_s: float
+    noise: pd.DataFrame | None = None  # the replayed samples (simbatch.validation.noise)
 
 
 @dataclass
@@ -41,16 +43,26 @@ class Validation:
     scenario: Scenario
     backend: dict
     cost_model: dict
-    profile_path: Path
-    profile_fresh: bool
+    profile: object     # simbatch.validation.profile.ProfileChoice
     kv_note: str
     policies: dict[str, PolicyValidation] = field(default_factory=dict)
+
+    @property
+    def profile_path(self) -> Path:
+        """The profile folder the predictions used."""
+        return self.profile.path
+
+    @property
+    def profile_fresh(self) -> bool:
+        """Whether that profile was calibrated for this validation."""
+        return self.profile.calibrated_now
 
     def as_json(self) -> dict:
         """``validation.json``'s content."""
         return {
             "scenario": self.scenario.name, "backend": self.backend, "cost_model": self.cost_model,
             "profile": str(self.profile_path), "profile_calibrated_now": self.profile_fresh,
+            "profile_machine": self.profile.as_json(),
             "kv_cache": self.kv_note,
             "policies": {k: {**v.errors, "wall_s": v.wall_s} for k, v in self.policies.items()},
         }
@@ -58,9 +70,11 @@ class Validation:
 
 def validate(scenario: Scenario, device: str = "cpu", policies: list[str] | None = None, *,
              profile: str | Path | None = None, dtype: str | None = None, threads: int | None = None,
-             progress: Callable[[str], None] | None = None) -> Validation:
+             progress: Callable[[str], None] | None = None, noise_repeats: int = REPEATS) -> Validation:
     """Run ``scenario`` on the torch backend under each policy and compare with the calibrated
-    cost model's predictions (see docs/validation.md)."""
+    cost model's predictions (see docs/validation.md). Each policy's recorded steps are
+    then sampled and executed ``noise_repeats`` more times each, for the noise floor
+    (0: skip it)."""
     from simbatch.calibrate import require_torch
 
     require_torch("validate")
@@ -78,19 +92,23 @@ def validate(scenario: Scenario, device: str = "cpu", policies: list[str] | None
         threads = CPU_THREADS
     backend, kv_note = build_torch_backend(scenario, workload, model, gpu, device, dtype, threads, scenario.seed)
     dtype = backend.dtype_name
-    cost, path, fresh = predicting_cost_model(model, gpu, device, dtype or default_dtype(backend.device.type),
-                                              backend.threads, given, scenario.seed, progress)
-    out = Validation(scenario, backend.describe(), cost.describe(), path, fresh, kv_note)
+    choice = predicting_cost_model(model, gpu, device, dtype or default_dtype(backend.device.type),
+                                   backend.threads, given, scenario.seed, progress, backend.facts)
+    cost = choice.cost_model
+    out = Validation(scenario, backend.describe(), cost.describe(), choice, kv_note)
     for kind in kinds:
         progress(f"{kind}: running {len(workload)} requests on the torch backend ({backend.device})")
-        out.policies[kind] = validate_policy(scenario.with_policy(kind), workload, backend, cost)
+        out.policies[kind] = validate_policy(scenario.with_policy(kind), workload, backend, cost, noise_repeats)
         e = out.policies[kind].errors
-        progress(f"{kind}: {e['step_ape']['steps']} steps in {out.policies[kind].wall_s:.1f} s")
+        progress(f"{kind}: {e['step_ape']['steps']} steps in {out.policies[kind].wall_s:.1f} s"
+                 + (f"; {e['noise_ape']['steps']} of them executed {noise_repeats} more times for the noise floor"
+                    if noise_repeats else ""))
     return out
 
 
-def validate_policy(scenario: Scenario, workload, backend, cost) -> PolicyValidation:
-    """Measure, predict and compare one policy (``scenario`` already set to it)."""
+def validate_policy(scenario: Scenario, workload, backend, cost, noise_repeats: int = REPEATS) -> PolicyValidation:
+    """Measure, predict and compare one policy (``scenario`` already set to it), and measure
+    the noise floor of its steps (``noise_repeats`` replays of each sampled step)."""
     from simbatch.engine.realtime import run_realtime
 
     load_before = _load_average()
@@ -98,12 +116,16 @@ def validate_policy(scenario: Scenario, workload, backend, cost) -> PolicyValida
     measured = to_output(run_realtime(scenario, workload, backend))
     wall = time.perf_counter() - start
     load = {"before": load_before, "after": _load_average()}
+    noise = noise_floor(backend, backend.steps, noise_repeats)
     pairs = pair_steps(backend.steps, cost)
     blocks = backend.pool.num_blocks
     predicted = to_output(run_cluster(scenario, workload=workload, backend=cost, kv_blocks=blocks)[0])
     errors = policy_validation(pairs, measured.summary, predicted.summary)
     errors["load_average_1min"] = load  # other processes on the cores: the measured side's main noise
-    return PolicyValidation(measured, predicted, pairs, errors, wall)
+    if noise_repeats:
+        errors["noise_ape"] = noise_stats(noise)
+        errors["step_ape_over_noise"] = over_noise(errors["step_ape"], errors["noise_ape"])
+    return PolicyValidation(measured, predicted, pairs, errors, wall, noise if noise_repeats else None)
 
 
 def to_output(result: RunResult):
