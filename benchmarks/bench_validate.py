@@ -7,7 +7,13 @@ CPU cores runs all four policies in a few minutes, releases them as a Poisson
 process, and runs ``simbatch validate`` on them: each policy executed for real
 on CPU, and predicted by the profile cost model calibrated on this machine
 with the same thread count (calibrated first when no such profile exists).
-Prints the errors table and writes the full outputs to ``--out``.
+Prints the errors table with the noise floor beside the step errors, then
+issue 16's targets per policy: median step APE at most 10 % and at most twice
+the median noise APE; TTFT p50, E2EL p50 and throughput within 15 %; and with
+``--repeats 2`` or more, each figure within 5 points between runs. The first
+line names this machine's CPU; the profile line says whether the profile was
+found, calibrated here, or (with ``--profile``) measured elsewhere. Writes
+the full outputs to ``--out``.
 
 This is a benchmark, not a test: it asserts nothing, and CPU timings move with
 whatever else runs on the machine.
@@ -85,9 +91,12 @@ def main() -> int:
           f"(max {max(outputs)}), {args.rate} req/s; tiny model, CPU, {args.threads} thread(s)")
     start = time.perf_counter()
     profile = args.profile
+    runs = []
     for r in range(args.repeats):
         result = validate(scenario, "cpu", args.policies.split(","), profile=profile, threads=args.threads)
-        print(f"profile: {result.profile_path} ({'calibrated now' if result.profile_fresh else 'found'})")
+        runs.append(result)
+        print(f"machine: {result.backend['source'].removeprefix('measured:')}")
+        print(f"profile: {result.profile_path} ({how_chosen(result)})")
         print(format_table(result))
         for kind, v in result.policies.items():
             o, load = v.errors["overhead_median_ms"], v.errors["load_average_1min"]
@@ -96,8 +105,49 @@ def main() -> int:
         out = args.out if args.repeats == 1 else args.out / f"run{r + 1}"
         write_validation(out, result)
         profile = out / "profile" if result.profile_fresh else result.profile_path
+    print_targets(runs)
     print(f"total {time.perf_counter() - start:.0f} s; wrote {args.out}/validation.json")
     return 0
+
+
+def how_chosen(result) -> str:
+    """Found, calibrated here (and how long), or given and measured elsewhere."""
+    m = result.profile.as_json()
+    if result.profile_fresh:
+        return f"calibrated here in {m['calibrate_s']:.0f} s; {len(m['rejected'])} found profile(s) from elsewhere"
+    return "this machine's" if m["matches"] else "measured elsewhere: " + "; ".join(m["differences"])
+
+
+# (label, path in a policy's errors, limit, signed)
+TARGETS = (("step APE p50", ("step_ape", "median"), 0.10, False),
+           ("APE/noise", ("step_ape_over_noise",), 2.0, False),
+           ("TTFT p50", ("ttft_p50_err",), 0.15, True),
+           ("E2EL p50", ("e2el_p50_err",), 0.15, True),
+           ("throughput", ("throughput_err",), 0.15, True))
+
+
+def _value(errors: dict, path):
+    for key in path:
+        errors = errors.get(key) if isinstance(errors, dict) else None
+    return errors
+
+
+def print_targets(runs) -> None:
+    """Each policy against issue 16's targets, run by run, and the spread between runs."""
+    print("\ntargets (issue 16): each figure, then 'ok' or 'MISS'")
+    for kind in runs[0].policies:
+        cells = []
+        for label, path, limit, signed in TARGETS:
+            values = [_value(r.policies[kind].errors, path) for r in runs]
+            shown = "/".join("-" if v is None else (f"{v:.1f}x" if label == "APE/noise" else f"{v * 100:+.1f}%"
+                                                    if signed else f"{v * 100:.1f}%") for v in values)
+            ok = all(v is not None and abs(v) <= limit for v in values)
+            spread = ""
+            if len(values) > 1 and label != "APE/noise" and None not in values:
+                gap = (max(values) - min(values)) * 100
+                spread = f" (runs {gap:.1f} pts apart: {'ok' if gap <= 5 else 'MISS'})"
+            cells.append(f"{label} {shown} {'ok' if ok else 'MISS'}{spread}")
+        print(f"  {kind}: " + "; ".join(cells))
 
 
 if __name__ == "__main__":

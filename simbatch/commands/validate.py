@@ -86,7 +86,8 @@ def run_torch(args) -> None:
     print(format_table(result))
     if args.out:
         write_validation(args.out, result)
-        print(f"wrote {args.out}/validation.json, steps.csv, step_scatter.png, latency_cdfs.png "
+        noise = ", noise.csv" if any(v.noise is not None for v in result.policies.values()) else ""
+        print(f"wrote {args.out}/validation.json, steps.csv{noise}, step_scatter.png, latency_cdfs.png "
               "and <policy>/measured|predicted/")
 
 

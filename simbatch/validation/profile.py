@@ -112,7 +112,7 @@ def _calibrate_here(model, device, dtype, threads, seed, rejected, progress) -> 
     for path, why in rejected.items():
         progress(f"{path} does not match this machine ({'; '.join(why)})")
     progress(f"no {device} profile for {model.name} ({dtype}, {threads} threads) measured on this machine: "
-             "calibrating (quick; about a minute for a small model on a CPU)")
+             "calibrating (quick mode)")
     path = Path(tempfile.mkdtemp(prefix="simbatch-validate-")) / "profile"
     start = time.perf_counter()
     calibrate(model, device, dtype, quick=True, out=path, seed=seed, threads=threads,
