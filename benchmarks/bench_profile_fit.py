@@ -26,7 +26,7 @@ import pandas as pd
 
 from simbatch.costmodel import RooflineCostModel, build_cost_model
 from simbatch.costmodel.fit import fit_curve
-from simbatch.costmodel.profile import ProfileCostModel
+from simbatch.costmodel.profile_fit import fit_profile_model
 from simbatch.costmodel.vidur import import_vidur
 from simbatch.plan import StepPlan
 from simbatch.profiles import Profile
@@ -98,7 +98,7 @@ def print_cost(profile: Profile | None) -> None:
     models = {"roofline": RooflineCostModel("llama-2-7b", "a100-80gb"),
               "profile (shipped)": build_cost_model({"kind": "profile"}, "llama-2-7b", "a100-80gb")}
     if profile is not None:
-        models["profile (full Vidur)"] = ProfileCostModel(profile, "llama-2-7b", "a100-80gb")
+        models["profile (full Vidur)"] = fit_profile_model(profile, "llama-2-7b", "a100-80gb")
     print("\nstep_cost per call (llama-2-7b, a100-80gb), median of 7 x 20,000 calls, µs")
     print(f"{'plan':<32}" + "".join(f"{name:>22}" for name in models))
     for label, plan in plans().items():

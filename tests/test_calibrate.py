@@ -283,7 +283,8 @@ def test_report_without_the_fitting_side_prints_the_raw_summary(tmp_path, monkey
 def test_backend_terms_are_fitted_from_whole_steps(quick_tiny):
     """The quick calibration timed whole canonical plans on the torch backend; the cost model
     fits what its operators miss from them, and reproduces those plans far better with it."""
-    from simbatch.costmodel.profile import ProfileCostModel, canonical_plan
+    from simbatch.costmodel.profile import canonical_plan
+    from simbatch.costmodel.profile_fit import fit_profile_model
 
     profile = read_profile(quick_tiny[0])
     m = profile.measurements
@@ -291,7 +292,7 @@ def test_backend_terms_are_fitted_from_whole_steps(quick_tiny):
     assert len(forward) >= 10 and len(m[m["op"] == "step_host"]) == len(forward)
     assert (forward["batch_size"] > 1).any() and (forward["context_tokens"] == 0).any()
     assert (m.loc[m["op"] == "step_overhead", "batch_size"] > 1).any()  # measured on the real engine
-    cost = ProfileCostModel(profile, "tiny", "a100-80gb")
+    cost = fit_profile_model(profile, "tiny", "a100-80gb")
     terms = cost.backend_terms
     assert terms["forward"]["step"] > 0 and all(v >= 0 for v in terms["forward"].values())
     assert sum(terms["host"].values()) > 0 and all(v >= 0 for v in terms["host"].values())

@@ -18,7 +18,7 @@ from simbatch.api import run
 from simbatch.costmodel import RooflineCostModel, build_cost_model
 from simbatch.costmodel.fit import (REPORT_COLUMNS, fit_attention, fit_curve, fit_profile, fit_report,
                                     format_fit_report, save_fit_report)
-from simbatch.costmodel.profile import ProfileCostModel
+from simbatch.costmodel.profile_fit import fit_profile_model
 from simbatch.costmodel.vidur import import_vidur, shipped_pairs
 from simbatch.costmodel.whatif import derive_profile
 from simbatch.errors import SimbatchError
@@ -193,7 +193,7 @@ def test_breakdown_sums_and_useful_work_matches_the_roofline():
 
 def test_monotone_in_batch_context_and_prompt():
     for cm in (build_cost_model({"kind": "profile"}, "llama-2-7b", "a100-80gb"),
-               ProfileCostModel(synthetic_profile(), "tiny", "l4")):
+               fit_profile_model(synthetic_profile(), "tiny", "l4")):
         by_batch = [cm.step_cost(decode(b)).seconds for b in range(1, 300, 3)]
         by_ctx = [cm.step_cost(decode(16, c)).seconds for c in range(0, 16384, 257)]
         by_len = [cm.step_cost(StepPlan([0], [n], [0])).seconds for n in range(1, 9000, 37)]
@@ -203,7 +203,7 @@ def test_monotone_in_batch_context_and_prompt():
 
 def test_measured_operators_replace_the_roofline():
     profile = synthetic_profile(tp=2)
-    cm = ProfileCostModel(profile, "tiny", "l4", 2)
+    cm = fit_profile_model(profile, "tiny", "l4", 2)
     d = cm.describe()
     assert d["kind"] == "profile" and d["source"] == "measured:Test CPU"
     assert d["roofline_fallback"] == []
@@ -227,7 +227,7 @@ def test_shipped_profiles_exist_and_follow_the_full_data():
     cm = build_cost_model({"kind": "profile"}, "llama-2-7b", "a100-80gb")
     assert cm.describe()["source"] == "vidur:a100/Llama-2-7b-hf_mlp.csv"
     full = import_vidur(need_vidur() / "a100" / "Llama-2-7b-hf_mlp.csv", "llama-2-7b", "a100-80gb")
-    ref = ProfileCostModel(full, "llama-2-7b", "a100-80gb")
+    ref = fit_profile_model(full, "llama-2-7b", "a100-80gb")
     for n in range(1, 4097, 13):
         plan = StepPlan([0], [n], [0])
         assert cm.step_cost(plan).breakdown["linear"] == pytest.approx(ref.step_cost(plan).breakdown["linear"],
@@ -292,7 +292,7 @@ def test_whatif_a100_to_a40_against_a40_measurements(a100_7b):
     assert np.median(err) < 0.08 and err.max() < 0.20
     # slower GPU: every derived point is slower than the A100 it came from
     assert (derived.measurements.median_s >= a100_7b.measurements.median_s).all()
-    cm = ProfileCostModel(derived, "llama-2-7b", "a40")
+    cm = fit_profile_model(derived, "llama-2-7b", "a40")
     assert cm.describe()["source"].startswith("derived:vidur:a100/")
     assert math.isfinite(cm.step_cost(decode(32)).seconds)
 

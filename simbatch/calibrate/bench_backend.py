@@ -23,7 +23,7 @@ three kinds of rows (docs/profiles.md):
   sequences at ``context_tokens`` cached tokens each, ``num_tokens`` rows:
   all decodes, one prefill chunk, or decodes plus one chunk). The cost model
   fits what its operators miss on these rows
-  (:func:`simbatch.costmodel.profile.fit_backend_terms`);
+  (:func:`simbatch.costmodel.profile_fit.fit_backend_terms`);
 * ``step_host``: the backend's host time around that forward pass
   (preparing inputs, bookkeeping after it);
 * ``step_overhead``: the engine's time between steps (policy scheduling,

@@ -95,10 +95,10 @@ def step_report(profile) -> str | None:
     whole steps measured on the torch backend (``step_forward`` rows); None without them."""
     if "step_forward" not in set(profile.measurements["op"]):
         return None
-    from simbatch.costmodel.profile import ProfileCostModel
+    from simbatch.costmodel.profile_fit import fit_profile_model
     from simbatch.costmodel.whatif import header_model
 
-    cost = ProfileCostModel(profile, header_model(profile.header), "a100-80gb", where="--report")
+    cost = fit_profile_model(profile, header_model(profile.header), "a100-80gb", where="--report")
     terms = cost.backend_terms
     table = terms["table"]
 

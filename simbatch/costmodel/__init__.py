@@ -91,7 +91,7 @@ def _auto_kind(params: dict, model: ModelSpec, gpu: GPUSpec, tp: int, where: str
 def _build_profile(params: dict, model: ModelSpec, gpu: GPUSpec, tp: int, where: str,
                    base_dir: str | Path | None, overhead: dict | None = None) -> CostModel:
     """A :class:`ProfileCostModel` from ``{path?, gpu?}`` (see the module docstring)."""
-    from simbatch.costmodel.profile import ProfileCostModel  # pandas-heavy: load on use
+    from simbatch.costmodel.profile_fit import fit_profile_model  # pandas-heavy: load on use
     from simbatch.costmodel.vidur import describe_shipped, shipped_profile
     from simbatch.costmodel.whatif import derive_profile
 
@@ -114,7 +114,7 @@ def _build_profile(params: dict, model: ModelSpec, gpu: GPUSpec, tp: int, where:
             profile = derive_profile(profile, measured_on, gpu)
         except ValueError as exc:
             raise SimbatchError(where, f"cannot rescale the profile to {gpu.name}: {exc}") from None
-    return ProfileCostModel(profile, model, gpu, tp, path=str(path), where=where, overhead=overhead)
+    return fit_profile_model(profile, model, gpu, tp, path=str(path), where=where, overhead=overhead)
 
 
 def _profile_dir(value, base_dir: str | Path | None, where: str) -> Path:

@@ -6,20 +6,21 @@ per-layer misc curves at the step's tokens times the layers; ``misc`` the
 once-per-step ops (embedding); attention the fitted prefill / decode models
 over the step's summed pairs, KV tokens, batch and context. A part the profile
 did not measure (Vidur: attention, LM head; one GPU: all-reduce) falls back to
-the roofline, re-targeted to this device: the linear layers' two roofline
-efficiencies are refitted to the measured linear curves (least squares on log
-time, as ``calibration/fit_roofline_vidur.py`` does), and the attention
-efficiencies are scaled by the same ratios to the roofline's defaults. On the
-A100 data the roofline was fitted to, the ratios are 1.00 and the fallback is
-the roofline itself; on a slower or faster device it moves with the device.
+the roofline, re-targeted to this device (its efficiencies refitted to the
+measured linear curves). On the A100 data the roofline was fitted to, the
+fallback is the roofline itself; on a slower or faster device it moves with
+the device.
 
 A measured profile may also hold whole steps timed on the torch backend
-(``step_forward``, ``step_host``: docs/profiles.md). From those,
-:func:`fit_backend_terms` fits what the operators miss, as terms linear in the
-step's work: forward-pass time the operator sum does not explain (cache-cold
+(``step_forward``, ``step_host``: docs/profiles.md). From those, backend
+terms cover what the operators miss, linear in the step's work: forward-pass time the operator sum does not explain (cache-cold
 weights, the paged-KV gather, glue operators), added to ``misc``, and the
 backend's host time per step (building the step's index tensors), added to
 ``overhead``. Profiles without those rows price exactly as before.
+
+Every fit (curves, efficiencies, backend terms) is done by
+:func:`simbatch.costmodel.profile_fit.fit_profile_model`, the one way to build
+this model from a profile; the class only prices with what it is given.
 
 Lookups are cached per token count and attention is three multiply-adds, so
 :meth:`ProfileCostModel.step_cost` stays a few microseconds (it runs once per
@@ -28,14 +29,10 @@ simulated step).
 
 from __future__ import annotations
 
-import math
 from operator import mul
 
-import numpy as np
-import pandas as pd
-
 from simbatch.costmodel.base import StepCost
-from simbatch.costmodel.fit import _nnls, column, fit_profile
+from simbatch.costmodel.fit import FittedProfile
 from simbatch.costmodel.roofline import (
     DEFAULT_PARAMS,
     PricedByWork,
@@ -43,24 +40,18 @@ from simbatch.costmodel.roofline import (
     check_tensor_parallel,
     plan_work,
 )
-from simbatch.errors import SimbatchError
 from simbatch.hardware import GPUSpec, get_gpu
 from simbatch.models import ModelSpec, get_model
 from simbatch.plan import StepPlan
 
-# The roofline's private helpers (_work, _zero_padding_slots, and its _counts and
-# _attn_seconds methods) are reused on purpose: its counting of tokens, pairs,
-# KV reads, FLOPs and bytes stays the one definition.
+# The roofline's counting (plan_work, counts, attn_seconds) is reused on purpose: its
+# counting of tokens, pairs, KV reads, FLOPs and bytes stays the one definition.
 GEMMS = ("qkv_proj", "o_proj", "mlp_up", "mlp_down")
 LINEAR_OPS = (*GEMMS, "misc_layer")
 OVERHEAD_PARAMS = ("step_overhead_s", "per_seq_overhead_s", "per_token_overhead_s")
 # Features of the backend terms, per step (see backend_features).
 BACKEND_FEATURES = ("step", "slots", "tokens", "decode_kv_tokens", "prefill_context_tokens")
 STEP_OPS = ("step_forward", "step_host")
-# A calibration plan whose fitted error exceeds both of these (relative; x the median error) is
-# left out of the refit: on a shared CPU another process can stall a whole plan's repeats.
-OUTLIER_FLOOR, OUTLIER_FACTOR = 0.3, 4.0
-_SHAPES = ("hidden_size", "num_heads", "num_kv_heads", "head_dim", "intermediate_size", "gated_mlp")
 
 
 def profile_origin(header: dict) -> str:
@@ -73,43 +64,38 @@ def profile_origin(header: dict) -> str:
 
 
 class ProfileCostModel(PricedByWork):
-    """Prices a :class:`StepPlan` from a profile's fitted operators (module docstring)."""
+    """Prices a :class:`StepPlan` from a profile's fitted operators (module docstring).
+
+    The constructor only assembles what :func:`simbatch.costmodel.profile_fit.fit_profile_model`
+    fitted (operator curves, the roofline fallback's efficiencies, the backend
+    terms); build one from a profile with that function.
+    """
 
     name = "profile"
 
-    def __init__(self, profile, model: ModelSpec | str | dict, gpu: GPUSpec | str | dict,
-                 tensor_parallel: int = 1, *, path: str | None = None, where: str = "cost_model",
-                 overhead: dict | None = None):
+    def __init__(self, fitted: FittedProfile, fallback_efficiency: dict[str, float],
+                 model: ModelSpec | str | dict, gpu: GPUSpec | str | dict, tensor_parallel: int = 1, *,
+                 source: str, path: str | None = None, overhead: dict | None = None,
+                 backend_terms: dict | None = None):
         self.model = get_model(model, "model")
         self.gpu = get_gpu(gpu, "gpu")
         self.tensor_parallel = check_tensor_parallel(tensor_parallel, self.model, "tensor_parallel")
-        self.source, self.path = profile_origin(profile.header), path
-        _check_matches(profile.header, self.model, self.tensor_parallel, where)
-        try:
-            self.fitted = fit_profile(profile)
-        except ValueError as exc:
-            raise SimbatchError(where, f"profile {self.source}: {exc}") from None
-        missing = [op for op in GEMMS if op not in self.fitted.curves]
-        if missing:
-            raise SimbatchError(where, f"profile {self.source} lacks {', '.join(missing)}")
-        self.fallback_efficiency = self._fallback_efficiencies()
+        self.source, self.path = source, path
+        self.fitted = fitted
+        self.fallback_efficiency = dict(fallback_efficiency)
         engine = overhead  # a serving engine's overhead (simbatch.engines) wins over the profile's
         overhead = {k: DEFAULT_PARAMS[k] for k in OVERHEAD_PARAMS}
-        overhead.update(self.fitted.overhead or {})
+        overhead.update(fitted.overhead or {})
         overhead.update(engine or {})
         self._overhead = overhead
         self._roof = RooflineCostModel(self.model, self.gpu, self.tensor_parallel,
                                        **self.fallback_efficiency, **overhead)
-        self._forward_terms = self._host_terms = None
         self._precompute()
-        try:
-            self.backend_terms = fit_backend_terms(self, profile)
-        except ValueError as exc:
-            raise SimbatchError(where, f"profile {self.source}: {exc}") from None
-        if self.backend_terms:
-            self._forward_terms = tuple(self.backend_terms["forward"].values())
-            self._host_terms = tuple(self.backend_terms["host"].values())
-            self._by_tokens.clear()
+        self.backend_terms = backend_terms
+        self._forward_terms = self._host_terms = None
+        if backend_terms:
+            self._forward_terms = tuple(backend_terms["forward"].values())
+            self._host_terms = tuple(backend_terms["host"].values())
 
     def describe(self) -> dict:
         """Kind, source, path, what was measured and what falls back to the roofline."""
@@ -133,22 +119,6 @@ class ProfileCostModel(PricedByWork):
         if self.tensor_parallel > 1 and "allreduce" not in f.curves:
             parts.append("allreduce")
         return parts + ([] if f.overhead else ["overhead"])
-
-    def _fallback_efficiencies(self) -> dict[str, float]:
-        """The roofline's efficiencies rescaled to this device (module docstring)."""
-        curves = self.fitted.curves
-        knots = sorted({x for op in GEMMS for x in curves[op].xs})
-        lo, hi = max(curves[op].xs[0] for op in GEMMS), min(curves[op].xs[-1] for op in GEMMS)
-        tokens = [t for t in knots if lo <= t <= hi] or [lo]
-        measured = [sum(curves[op](t) for op in LINEAR_OPS if op in curves) for t in tokens]
-        compute, memory = _roofs(self.model, self.gpu, self.tensor_parallel, tokens)
-        ce, be = fit_efficiencies(compute, memory, np.array(measured))
-        p = DEFAULT_PARAMS
-        r_c, r_b = ce / p["compute_eff"], be / p["bw_eff"]
-        scaled = {"compute_eff": ce, "bw_eff": be,
-                  "attn_compute_eff": p["attn_compute_eff"] * r_c, "attn_bw_eff": p["attn_bw_eff"] * r_b}
-        # Capped at 1: a device measured faster than its datasheet allows gets the datasheet.
-        return {k: float(min(1.0, max(v, 1e-9))) for k, v in scaled.items()}
 
     def _precompute(self) -> None:
         """Per-step multipliers and attention coefficients (scaled to all layers)."""
@@ -186,7 +156,7 @@ class ProfileCostModel(PricedByWork):
             "overhead": self.overhead(work, live),
             "misc": misc,
         }
-        flops, nbytes = self._roof._counts(kept)
+        flops, nbytes = self._roof.counts(kept)
         return StepCost(sum(bd.values()), bd, flops, nbytes)
 
     def overhead(self, work: tuple, live: int) -> float:
@@ -241,7 +211,7 @@ class ProfileCostModel(PricedByWork):
         if not queries:
             return 0.0
         if not coefs:
-            return self._roof._attn_seconds(sums)
+            return self._roof.attn_seconds(sums)
         a, b, c = coefs
         if prefill:
             return a + b * pairs + c * kv_tokens
@@ -268,135 +238,6 @@ def backend_features(plan: StepPlan) -> tuple[float, ...]:
     return (1.0, float(rows), float(tokens), float(dec[1]), float(pre[1] - pre[2]))
 
 
-def fit_backend_terms(cost: ProfileCostModel, profile) -> dict | None:
-    """Backend terms from a measured profile's ``step_forward`` and ``step_host`` rows, or None
-    without them (and for derived profiles: what-if rescaling moves operators, not whole steps).
-
-    For each measured canonical plan, the operator model's forward price (every
-    part but overhead, before these terms) is subtracted from the measured
-    forward pass; the rest is fitted as non-negative coefficients of
-    :data:`BACKEND_FEATURES` (least squares on the error relative to the
-    measured step), then refitted once without the plans the first fit misses by
-    more than ``max(OUTLIER_FLOOR, OUTLIER_FACTOR x its median error)`` (on a
-    shared CPU another process can stall every repeat of a plan; the table
-    still lists them). Host time is fitted on the same features directly. Returns
-    ``{"forward": {...}, "host": {...}, "table": DataFrame}``; the table holds
-    every calibration plan with its measured and predicted times (the fit's own
-    check: ``simbatch calibrate --report`` prints its errors).
-    """
-    if profile.header.get("source", "measured") != "measured":
-        return None  # a derived profile rescaled the operators, not these whole steps
-    m = profile.measurements
-    tp = int(profile.header.get("tensor_parallel") or 1)
-    if "tensor_parallel" in m:
-        m = m[m["tensor_parallel"].fillna(tp) == tp]
-    fwd, host = m[m["op"] == "step_forward"], m[m["op"] == "step_host"]
-    if fwd.empty:
-        return None
-    forward_terms = _fit_terms(cost, fwd, subtract_operators=True)
-    host_terms = _fit_terms(cost, host, subtract_operators=False) if len(host) else \
-        dict.fromkeys(BACKEND_FEATURES, 0.0)
-    table = _plans_table(cost, fwd, forward_terms)
-    return {"forward": forward_terms, "host": host_terms, "table": table}
-
-
-def _plans(rows: pd.DataFrame) -> list[StepPlan]:
-    t, s, c = column(rows, "num_tokens", 1), column(rows, "batch_size", 1), column(rows, "context_tokens", 0)
-    return [canonical_plan(a, b, x) for a, b, x in zip(t, s, c)]
-
-
-def _operator_forward(cost: ProfileCostModel, plan: StepPlan) -> float:
-    """The operator model's forward price of ``plan`` (no backend terms, no overhead)."""
-    c = cost.step_cost(plan)
-    return c.seconds - c.breakdown["overhead"]
-
-
-def _fit_terms(cost: ProfileCostModel, rows: pd.DataFrame, subtract_operators: bool) -> dict[str, float]:
-    plans = _plans(rows)
-    y = rows["median_s"].to_numpy(float)
-    base = np.array([_operator_forward(cost, p) for p in plans]) if subtract_operators else np.zeros_like(y)
-    X = np.array([backend_features(p) for p in plans])
-    keep = np.ones(len(y), dtype=bool)
-    for _ in range(2):  # fit, then refit without the plans a busy machine disturbed (docstring)
-        try:
-            coef = np.array(_nnls(X[keep] / y[keep, None], (y[keep] - base[keep]) / y[keep]))
-        except ValueError:  # nothing positive to add: the operators already cover every plan
-            coef = np.zeros(len(BACKEND_FEATURES))
-        err = np.abs((base + X @ coef) / y - 1)
-        limit = max(OUTLIER_FLOOR, OUTLIER_FACTOR * float(np.median(err)))
-        if keep.sum() - (err > limit).sum() < len(BACKEND_FEATURES) or not (err[keep] > limit).any():
-            break
-        keep = err <= limit
-    return dict(zip(BACKEND_FEATURES, map(float, coef)))
-
-
-def _plans_table(cost: ProfileCostModel, rows: pd.DataFrame, terms: dict[str, float]) -> pd.DataFrame:
-    plans = _plans(rows)
-    ops = np.array([_operator_forward(cost, p) for p in plans])
-    extra = np.array([sum(map(mul, terms.values(), backend_features(p))) for p in plans])
-    measured = rows["median_s"].to_numpy(float)
-    return pd.DataFrame({"num_tokens": rows["num_tokens"].to_numpy(int),
-                         "batch_size": column(rows, "batch_size", 1).astype(int),
-                         "context_tokens": column(rows, "context_tokens", 0).astype(int),
-                         "measured_s": measured, "operators_s": ops, "predicted_s": ops + extra,
-                         "operators_ape": np.abs(ops / measured - 1), "ape": np.abs((ops + extra) / measured - 1)})
-
-
-def _roofs(model: ModelSpec, gpu: GPUSpec, tp: int, tokens: list[float]) -> tuple[np.ndarray, np.ndarray]:
-    """The roofline's per-layer linear compute and memory roofs (s, at efficiency 1).
-
-    Pricing with one efficiency at 1 and the other tiny makes that roof win,
-    isolating it (as ``calibration/fit_roofline_vidur.py`` does).
-    """
-    tiny, layers = 1e-9, model.num_layers
-    out = []
-    for ce, be in ((tiny, 1.0), (1.0, tiny)):
-        roof = RooflineCostModel(model, gpu, tp, compute_eff=ce, bw_eff=be)
-        out.append(np.array([roof.step_cost(StepPlan([0], [int(t)], [0])).breakdown["linear"]
-                             for t in tokens]) * tiny / layers)
-    return out[0], out[1]
-
-
-def fit_efficiencies(compute: np.ndarray, memory: np.ndarray, measured: np.ndarray) -> tuple[float, float]:
-    """(compute_eff, bw_eff) minimising the squared log error of ``max(compute/ce, memory/be)``.
-
-    A grid in log space, refined four times (efficiencies from 1e-6 to 10,
-    so a CPU measured against a GPU's datasheet fits too). A roof that never
-    binds at the fitted point cannot be identified: it then gets the other
-    roof's ratio to the roofline's defaults.
-    """
-    log_m, p = np.log(measured), DEFAULT_PARAMS
-    log_c, log_b = np.log(compute)[:, None, None], np.log(memory)[:, None, None]
-    lo_c = lo_b = math.log(1e-6)
-    hi_c = hi_b = math.log(10.0)
-    for _ in range(4):
-        c, b = np.meshgrid(np.linspace(lo_c, hi_c, 41), np.linspace(lo_b, hi_b, 41), indexing="ij")
-        err = np.mean((np.maximum(log_c - c, log_b - b) - log_m[:, None, None]) ** 2, axis=0)
-        i, j = np.unravel_index(np.argmin(err), err.shape)
-        dc, db = c[1, 0] - c[0, 0], b[0, 1] - b[0, 0]
-        lo_c, hi_c, lo_b, hi_b = c[i, j] - 2 * dc, c[i, j] + 2 * dc, b[i, j] - 2 * db, b[i, j] + 2 * db
-    ce, be = math.exp(c[i, j]), math.exp(b[i, j])
-    compute_binds = compute / ce >= memory / be
-    if not compute_binds.any():
-        ce = p["compute_eff"] * be / p["bw_eff"]
-    elif compute_binds.all():
-        be = p["bw_eff"] * ce / p["compute_eff"]
-    return ce, be
-
-
 def _all_layers(fit, layers: int) -> list[float] | None:
     """An attention fit's (a, b, c) for all layers, or None when not measured."""
     return None if fit is None else [layers * fit.a, layers * fit.b, layers * fit.c]
-
-
-def _check_matches(header: dict, model: ModelSpec, tp: int, where: str) -> None:
-    """The profile was measured for this model's layer shapes and this TP degree."""
-    shapes = header.get("model") or {}
-    for key in _SHAPES:
-        if key in shapes and shapes[key] != getattr(model, key):
-            raise SimbatchError(where, f"profile measured {shapes.get('name', 'a model')} with {key} "
-                                       f"{shapes[key]}, but the scenario's {model.name} has {getattr(model, key)}")
-    measured_tp = int(header.get("tensor_parallel") or 1)
-    if measured_tp != tp:
-        raise SimbatchError(where, f"profile measured at tensor_parallel {measured_tp}, but the scenario "
-                                   f"uses {tp}")

@@ -19,7 +19,7 @@ from operator import add, mul
 
 import numpy as np
 
-from simbatch.costmodel.base import StepCost
+from simbatch.costmodel.base import NO_ATTN, AttnWork, StepCost, StepWork
 from simbatch.errors import SimbatchError
 from simbatch.hardware import GPUSpec, get_gpu
 from simbatch.models import ModelSpec, get_model
@@ -89,10 +89,12 @@ class PricedByWork:
     bit-identical to pricing the plans themselves.
     """
 
-    def price(self, work: tuple, kept: tuple, live: int) -> StepCost:
+    def price(self, work: StepWork, kept: StepWork, live: int) -> StepCost:
+        """The cost of a step computing ``work``, of which ``kept`` is not padding, over
+        ``live`` non-padding slots."""
         raise NotImplementedError
 
-    def overhead(self, work: tuple, live: int) -> float:
+    def overhead(self, work: StepWork, live: int) -> float:
         """The step's CPU-side seconds (``price``'s ``overhead`` part) for ``work`` over
         ``live`` sequences."""
         raise NotImplementedError
@@ -104,7 +106,7 @@ class PricedByWork:
         work, kept, live = plan_work(plan)
         return self.price(work, kept, live)
 
-    def bounds(self, work: tuple) -> tuple[float, float]:
+    def bounds(self, work: StepWork) -> tuple[float, float]:
         """(compute-bound, memory-bound) seconds of the GPU kernels of ``work``, summed over
         kernels (what overlapping streams can share); models without one raise."""
         raise NotImplementedError(f"{type(self).__name__} cannot price overlapping streams")
@@ -163,9 +165,10 @@ class PricedByWork:
         pre = _attn_sums(chunk_new, chunk_ctx)
         if streams > 1 and n and chunk_new:
             dec = decode_work(n, s)
-            chunks = (pre[2], len(chunk_new) - chunk_new.count(0), (0, 0, 0), pre)
+            chunks = StepWork((pre.q_tokens, len(chunk_new) - chunk_new.count(0), NO_ATTN, pre))
             return self.price_streams([(dec, dec, n), (chunks, chunks, len(chunk_new))])
-        work = (n + pre[2], n + len(chunk_new) - chunk_new.count(0), (s + n, s + n, n), pre)
+        work = StepWork((n + pre.q_tokens, n + len(chunk_new) - chunk_new.count(0), AttnWork((s + n, s + n, n)),
+                         pre))
         return self.price(work, work, n + len(chunk_new))
 
     def padded_decode_costs(self, num_slots: int, num_live: int, contexts) -> tuple[list, list, list]:
@@ -236,7 +239,7 @@ class RooflineCostModel(PricedByWork):
         else:
             self._ar_tok = self._ar_fixed = 0.0
 
-    def price(self, work: tuple, kept: tuple, live: int) -> StepCost:
+    def price(self, work: StepWork, kept: StepWork, live: int) -> StepCost:
         """The step's cost from its summed work (:func:`plan_work`); ``live``: non-padding slots."""
         tokens, rows, dec, pre = work
         lin = self._linear_seconds(tokens)
@@ -245,15 +248,15 @@ class RooflineCostModel(PricedByWork):
         bd = {
             "linear": lin,
             "lm_head": lm,
-            "attn_prefill": self._attn_seconds(pre),
-            "attn_decode": self._attn_seconds(dec),
+            "attn_prefill": self.attn_seconds(pre),
+            "attn_decode": self.attn_seconds(dec),
             "allreduce": tokens * self._ar_tok + self._ar_fixed if tokens else 0.0,
             "overhead": self.overhead(work, live),
         }
-        flops, nbytes = self._counts(kept)
+        flops, nbytes = self.counts(kept)
         return StepCost(sum(bd.values()), bd, flops, nbytes)
 
-    def overhead(self, work: tuple, live: int) -> float:
+    def overhead(self, work: StepWork, live: int) -> float:
         p = self.params
         return p["step_overhead_s"] + p["per_seq_overhead_s"] * live + p["per_token_overhead_s"] * work[0]
 
@@ -272,13 +275,13 @@ class RooflineCostModel(PricedByWork):
         over = self.overhead(decode_work(S, 0), n)  # S tokens over n live sequences
         # price(): sum(bd.values()) = 0 + linear + lm_head + attn_prefill (0.0) + attn_decode + ...
         seconds = (self._linear_seconds(S) + lm + 0.0) + attn + ar + over
-        kept = n * ctx + n  # the live rows' pairs and KV tokens (_counts on the kept work)
+        kept = n * ctx + n  # the live rows' pairs and KV tokens (counts on the kept work)
         flops = (n * self._lin_flops_tok + n * self._lm_flops_row) + kept * self._attn_flops_pair
         nbytes = ((kept * self._attn_kv_tok + n * self._attn_q_tok) + (self._lin_weight_bytes + n * self._lin_act_tok)
                   + (self._lm_weight_bytes + n * self._lm_act_row))
         return seconds.tolist(), flops.tolist(), nbytes.tolist()
 
-    def bounds(self, work: tuple) -> tuple[float, float]:
+    def bounds(self, work: StepWork) -> tuple[float, float]:
         tokens, rows, dec, pre = work
         c = m = 0.0
         if tokens:
@@ -307,16 +310,16 @@ class RooflineCostModel(PricedByWork):
         tiled = -(-tokens // self._tile) * self._tile if self._tile > 1 else tokens
         return max(tiled, tokens + self._ramp)
 
-    def _attn_seconds(self, sums: tuple) -> float:
-        """One attention kernel over its slots' summed (pairs, KV tokens, query tokens)."""
+    def attn_seconds(self, sums: AttnWork) -> float:
+        """One attention kernel over its slots' summed work."""
         pairs, kv_tokens, q_tokens = sums
         if not q_tokens:
             return 0.0
         return max(pairs * self._attn_flops_pair * self._attn_inv_flops,
                    (kv_tokens * self._attn_kv_tok + q_tokens * self._attn_q_tok) * self._attn_inv_bw)
 
-    def _counts(self, work: tuple) -> tuple[float, float]:
-        """FLOPs and HBM bytes (per GPU) of the work :func:`_work` summed."""
+    def counts(self, work: StepWork) -> tuple[float, float]:
+        """FLOPs and HBM bytes (per GPU) of ``work`` (MFU and MBU count the kept work)."""
         tokens, rows, (dp, dkv, dq), (pp, pkv, pq) = work
         flops = (tokens * self._lin_flops_tok + rows * self._lm_flops_row
                  + (dp + pp) * self._attn_flops_pair)
@@ -328,7 +331,7 @@ class RooflineCostModel(PricedByWork):
         return float(flops), float(nbytes)
 
 
-def plan_work(plan: StepPlan) -> tuple[tuple, tuple, int]:
+def plan_work(plan: StepPlan) -> tuple[StepWork, StepWork, int]:
     """(work computed, work kept, live slots) of a plan; kept work leaves padding out."""
     new, ctx, pad, rids = plan.num_new_tokens, plan.num_context_tokens, plan.num_pad_tokens, plan.request_ids
     q = new if pad is None else list(map(add, new, pad))
@@ -340,29 +343,31 @@ def plan_work(plan: StepPlan) -> tuple[tuple, tuple, int]:
     return work, kept, len(rids) - rids.count(-1)
 
 
-def add_work(a: tuple, b: tuple) -> tuple:
-    """Two :func:`_work` results summed field by field."""
-    return a[0] + b[0], a[1] + b[1], tuple(map(add, a[2], b[2])), tuple(map(add, a[3], b[3]))
+def add_work(a: StepWork, b: StepWork) -> StepWork:
+    """Two steps' work summed field by field."""
+    return StepWork((a.tokens + b.tokens, a.rows + b.rows, AttnWork(map(add, a.decode, b.decode)),
+                     AttnWork(map(add, a.prefill, b.prefill))))
 
 
-def decode_work(num_seqs: int, context_sum: int) -> tuple:
+def decode_work(num_seqs: int, context_sum: int) -> StepWork:
     """What :func:`_work` returns for ``num_seqs`` one-token decode slots with contexts summing
     to ``context_sum`` (the same integers, so prices built on it are bit-identical)."""
     n, s = num_seqs, context_sum
-    return n, n, (s + n, s + n, n), (0, 0, 0)
+    return StepWork((n, n, AttnWork((s + n, s + n, n)), NO_ATTN))
 
 
-def _work(q: list[int], ctx: list[int], num_decode: int) -> tuple:
-    """(tokens, logit rows, decode sums, prefill sums) for per-slot query lengths ``q``."""
+def _work(q: list[int], ctx: list[int], num_decode: int) -> StepWork:
+    """The work of slots with per-slot query lengths ``q`` over contexts ``ctx``, the first
+    ``num_decode`` of them decode slots."""
     n = len(q)
     if num_decode == n:
-        dec, pre = _attn_sums(q, ctx), (0, 0, 0)
+        dec, pre = _attn_sums(q, ctx), NO_ATTN
     elif num_decode == 0:
-        dec, pre = (0, 0, 0), _attn_sums(q, ctx)
+        dec, pre = NO_ATTN, _attn_sums(q, ctx)
     else:
         dec = _attn_sums(q[:num_decode], ctx[:num_decode])
         pre = _attn_sums(q[num_decode:], ctx[num_decode:])
-    return dec[2] + pre[2], n - q.count(0), dec, pre
+    return StepWork((dec[2] + pre[2], n - q.count(0), dec, pre))
 
 
 def _zero_padding_slots(new: list[int], rids: list[int]) -> list[int]:
@@ -381,8 +386,9 @@ def _zero_padding_slots(new: list[int], rids: list[int]) -> list[int]:
         return kept
 
 
-def _attn_sums(q: list[int], ctx: list[int]) -> tuple:
-    """(causal score pairs, KV tokens read, query tokens) summed over slots.
+def _attn_sums(q: list[int], ctx: list[int]) -> AttnWork:
+    """One attention kernel's work (causal score pairs, KV tokens read, query tokens) summed
+    over its slots.
 
     A slot with ``q`` queries over ``c`` cached tokens scores ``q*c`` pairs
     against the cache and ``q*(q+1)/2`` causally among its own tokens; it reads
@@ -390,13 +396,13 @@ def _attn_sums(q: list[int], ctx: list[int]) -> tuple:
     """
     sq = sum(q)
     if not sq:
-        return 0, 0, 0
+        return NO_ATTN
     zeros = q.count(0)
     sc = sum(compress(ctx, q)) if zeros else sum(ctx)
     if sq == len(q) - zeros:  # every running slot has one query token (decode)
-        return sc + sq, sc + sq, sq
+        return AttnWork((sc + sq, sc + sq, sq))
     pairs = sum(map(mul, q, ctx)) + (sum(map(mul, q, q)) + sq) // 2
-    return pairs, sc + sq, sq
+    return AttnWork((pairs, sc + sq, sq))
 
 
 def check_tensor_parallel(tp, model: ModelSpec, where: str) -> int:
