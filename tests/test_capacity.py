@@ -217,6 +217,35 @@ def test_bisection_finds_the_analytic_boundary_of_a_fifo_server():
     assert len(keys) == len(set(keys)) <= 10  # each probe ran once
 
 
+def test_rate_search_stops_going_down_when_told_lower_rates_will_not_help():
+    from simbatch.capacity.search import HOPELESS
+
+    asked = []
+    b = run_search(rate_search(1.0, 0.05), lambda k: asked.append(k) or (HOPELESS if k < 1 else False))
+    assert asked == [1, 0.5] and b.lo is None and b.hi == 0.5 and b.hopeless
+
+
+def test_a_failure_that_halving_the_rate_does_not_mend_stops_the_search_and_says_why():
+    """A TTFT target below one unloaded prefill fails at every rate, for the same reason: two
+    probes say so (the search used to halve down to 1/64 x); a queueing failure goes on down."""
+    from simbatch.capacity.report import explain_boundary
+
+    S, prefill = service_time()
+    sc = fifo_scenario(0.3 / S)
+    res = find_capacity(sc, parse_slos([f"ttft_p99_ms={0.5 * prefill * 1000}"]),
+                        expand(sc, ["static"], None, None, None, None), seeds=[0, 1], executor=InlineExecutor())
+    b = res.boundaries[0]
+    assert b.lo is None and b.hi == 0.5 and [p["scale"] for p in res.probes] == [1, 1, 0.5, 0.5]
+    assert b.hopeless.startswith("halving the rate did not help (ttft_p99_ms ")
+    assert "lower rates were not searched" in explain_boundary(b, res.base_rate, "a100-80gb")
+    overloaded = fifo_scenario(3 / S)  # fails by falling behind at k = 1 and 1/2: lower rates help
+    res = find_capacity(overloaded, parse_slos([f"ttft_p99_ms={2 * S * 1000}"]),
+                        expand(overloaded, ["static"], None, None, None, None), seeds=[0],
+                        executor=InlineExecutor())
+    b = res.boundaries[0]
+    assert b.hopeless is None and b.lo is not None and b.lo * res.base_rate <= 1 / S < b.hi * res.base_rate
+
+
 def test_without_latency_slos_the_boundary_is_the_keep_up_rule():
     """With no SLO the run must only keep up: served >= 0.9 x offered, i.e. rate <= 1 / (0.9 S)."""
     S, _ = service_time()

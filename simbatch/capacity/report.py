@@ -69,7 +69,8 @@ def _row(result: CapacityResult, b: Boundary, prices: dict[str, float]) -> dict:
 
 def _limit_note(b: Boundary) -> str:
     if b.lo is None:
-        return f"fails at every scale down to {FLOOR:g}x"
+        return f"fails at every scale down to {b.hi:g}x; lower rates do not help" if b.hopeless else \
+            f"fails at every scale down to {FLOOR:g}x"
     if b.hi is None:
         return f"holds up to {CEILING:g}x (a lower bound)"
     return ""
@@ -91,7 +92,8 @@ def explain_boundary(b: Boundary, base_rate: float, gpu_name: str) -> str:
     """``continuous on a100-80gb tp1 x1: holds at 4.4 req/s (k=0.80), fails at 4.7 req/s (k=0.85): ...``."""
     head = b.candidate.label(gpu_name)
     if b.lo is None:
-        return f"{head}: fails even at {_at(b.hi, base_rate)}: {_why(b.at_hi)}"
+        stopped = f"; {b.hopeless}" if b.hopeless else ""
+        return f"{head}: fails even at {_at(b.hi, base_rate)}: {_why(b.at_hi)}{stopped}"
     if b.hi is None:
         return f"{head}: holds at {_at(b.lo, base_rate)}, the highest scale searched: capacity is at least that"
     return (f"{head}: holds at {_at(b.lo, base_rate)}, fails at {_at(b.hi, base_rate)}: "

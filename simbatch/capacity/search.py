@@ -10,6 +10,10 @@ are independent, so one step of all bisections is one ``executor.map``.
 Both searches assume monotonicity (a higher rate fails if a lower one fails;
 more replicas hold if fewer hold); a noisy oracle can break that, which is
 why the capacity report keeps every probe.
+
+An oracle may also answer :data:`HOPELESS` (a failure that lower rates will
+not mend): the rate search then stops going down and returns what it has,
+marked ``hopeless``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,19 @@ MAX_REPLICAS = 1024
 Search = Generator[float, bool, object]
 
 
+class _Hopeless:
+    """A "fails, and halving the rate will not help" answer (falsy, like a failure)."""
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "HOPELESS"
+
+
+HOPELESS = _Hopeless()
+
+
 @dataclass(frozen=True)
 class Bracket:
     """The boundary lies between ``lo`` (highest scale seen to hold) and ``hi``
@@ -33,6 +50,7 @@ class Bracket:
 
     lo: float | None
     hi: float | None
+    hopeless: bool = False  # the search stopped going down: the oracle said lower rates will not help
 
 
 def rate_search(start: float = 1.0, tolerance: float = 0.05, floor: float = FLOOR,
@@ -56,7 +74,10 @@ def rate_search(start: float = 1.0, tolerance: float = 0.05, floor: float = FLOO
         hi = k
         while lo is None and k / 2 >= floor * (1 - 1e-9):
             k /= 2
-            lo, hi = (k, hi) if (yield k) else (None, k)
+            answer = yield k
+            if answer is HOPELESS:
+                return Bracket(None, k, hopeless=True)
+            lo, hi = (k, hi) if answer else (None, k)
     if lo is None or hi is None:
         return Bracket(lo, hi)
     while hi / lo > 1 + tolerance:
@@ -114,13 +135,13 @@ def drive(searches: dict[Hashable, Search],
         asked = list(pending.items())
         pending = {}
         for (key, _), answer in zip(asked, holds(asked)):
-            _advance(key, searches[key], answer, pending, results)
+            _advance(key, searches[key], answer if answer is HOPELESS else bool(answer), pending, results)
     return results
 
 
 def _advance(key, gen: Search, answer: bool | None, pending: dict, results: dict) -> None:
     """Send ``answer`` (None: start the search); file its next point or its result."""
     try:
-        pending[key] = next(gen) if answer is None else gen.send(bool(answer))
+        pending[key] = next(gen) if answer is None else gen.send(answer)
     except StopIteration as stop:
         results[key] = stop.value
