@@ -21,8 +21,7 @@ and completes every request), with no failing latency better by at least
 higher), fails for what the policy does to every request, not for queueing
 (static batching's wait for a full batch, say), and lower rates will not
 mend it. It is reported as such instead of being probed down to the floor
-(1/64 x): static and dynamic batching spent 94 % of a 14-minute capacity
-search there (issue 15).
+(1/64 x, seven probes per seed; issue 15).
 """
 
 from __future__ import annotations
