@@ -52,15 +52,19 @@ def machine_differences(recorded: dict, here: dict) -> list[str]:
         if theirs is None:
             out.append(f"{key}: not recorded in the profile, {_show(mine)} here")
         else:
-            out.append(f"{key}: {_show(theirs)} there, {_show(mine)} here")
+            out.append(difference(key, theirs, mine))
     return out
 
 
 def machine_notes(recorded: dict, here: dict) -> list[str]:
     """Differences in the fields that are recorded but not required (driver, clocks)."""
     recorded = recorded or {}
-    return [f"{key}: {_show(recorded.get(key))} there, {_show(here.get(key))} here"
-            for key in NOTED if recorded.get(key) != here.get(key)]
+    return [difference(key, recorded.get(key), here.get(key)) for key in NOTED if recorded.get(key) != here.get(key)]
+
+
+def difference(key: str, theirs, mine) -> str:
+    """One line saying how a profile's ``key`` differs from this machine's."""
+    return f"{key}: {_show(theirs)} there, {_show(mine)} here"
 
 
 def _show(value) -> str:

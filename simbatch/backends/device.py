@@ -88,15 +88,20 @@ def device_facts(device: torch.device, threads: int) -> dict:
 
 def cpu_extensions() -> list[str] | None:
     """The :data:`ISA_FLAGS` this CPU has (from ``/proc/cpuinfo``), or None where unreadable."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            line = next((line for line in f if line.startswith("flags")), None)
-    except OSError:
-        return None
+    line = _cpuinfo("flags")
     if line is None:
         return None
-    flags = set(line.split(":", 1)[1].split())
+    flags = set(line.split())
     return [flag for flag in ISA_FLAGS if flag in flags]
+
+
+def _cpuinfo(key: str) -> str | None:
+    """The value of the first ``/proc/cpuinfo`` line starting with ``key`` (None where absent)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith(key)), None)
+    except OSError:
+        return None
 
 
 def available_memory(device: torch.device) -> int:
@@ -128,13 +133,7 @@ def nvidia_smi_text() -> str | None:
 def _device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    model = None
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
-    except OSError:
-        pass
-    return f"{model or 'unknown CPU'} ({available_cores()} cores)"
+    return f"{_cpuinfo('model name') or 'unknown CPU'} ({available_cores()} cores)"
 
 
 def _smi_query(fields: str, device: torch.device) -> str | None:

@@ -68,9 +68,10 @@ def _row(result: CapacityResult, b: Boundary, prices: dict[str, float]) -> dict:
 
 
 def _limit_note(b: Boundary) -> str:
+    if b.lo is None and b.hopeless:
+        return f"fails at every scale down to {b.hi:g}x; lower rates do not help"
     if b.lo is None:
-        return f"fails at every scale down to {b.hi:g}x; lower rates do not help" if b.hopeless else \
-            f"fails at every scale down to {FLOOR:g}x"
+        return f"fails at every scale down to {FLOOR:g}x"
     if b.hi is None:
         return f"holds up to {CEILING:g}x (a lower bound)"
     return ""

@@ -135,13 +135,17 @@ def drive(searches: dict[Hashable, Search],
         asked = list(pending.items())
         pending = {}
         for (key, _), answer in zip(asked, holds(asked)):
-            _advance(key, searches[key], answer if answer is HOPELESS else bool(answer), pending, results)
+            _advance(key, searches[key], answer, pending, results)
     return results
 
 
-def _advance(key, gen: Search, answer: bool | None, pending: dict, results: dict) -> None:
-    """Send ``answer`` (None: start the search); file its next point or its result."""
+def _advance(key, gen: Search, answer, pending: dict, results: dict) -> None:
+    """Send ``answer`` (None: start the search; HOPELESS as it is, anything else as a bool);
+    file its next point or its result."""
     try:
-        pending[key] = next(gen) if answer is None else gen.send(answer)
+        if answer is None:
+            pending[key] = next(gen)
+        else:
+            pending[key] = gen.send(answer if answer is HOPELESS else bool(answer))
     except StopIteration as stop:
         results[key] = stop.value

@@ -24,7 +24,7 @@ from pathlib import Path
 from simbatch.costmodel import build_cost_model
 from simbatch.errors import SimbatchError
 from simbatch.hardware import GPUSpec
-from simbatch.machine import machine_differences, machine_notes
+from simbatch.machine import difference, machine_differences, machine_notes
 from simbatch.models import ModelSpec
 from simbatch.profiles import read_profile
 
@@ -56,13 +56,15 @@ def profile_mismatch(path: Path, model: ModelSpec, dtype: str, here: dict) -> li
         header = read_profile(path).header
     except (SimbatchError, OSError, ValueError) as exc:
         return [f"unreadable: {exc}"]
-    out = []
-    if (header.get("model") or {}).get("name") != model.name:
-        out.append(f"model: {(header.get('model') or {}).get('name')} there, {model.name} here")
-    if header.get("dtype") != dtype:
-        out.append(f"dtype: {header.get('dtype')} there, {dtype} here")
-    if int(header.get("tensor_parallel") or 1) != 1:
-        out.append(f"tensor_parallel: {header.get('tensor_parallel')} there, 1 here")
+    return header_mismatch(header, model, dtype, here)
+
+
+def header_mismatch(header: dict, model: ModelSpec, dtype: str, here: dict) -> list[str]:
+    """:func:`profile_mismatch` of a profile header already read."""
+    wanted = (("model", (header.get("model") or {}).get("name"), model.name),
+              ("dtype", header.get("dtype"), dtype),
+              ("tensor_parallel", int(header.get("tensor_parallel") or 1), 1))
+    out = [difference(key, theirs, mine) for key, theirs, mine in wanted if theirs != mine]
     return out + machine_differences(header.get("device") or {}, here)
 
 
@@ -89,7 +91,7 @@ def predicting_cost_model(model: ModelSpec, gpu: GPUSpec, device: str, dtype: st
     now; ``here`` is the backend's machine (:attr:`TorchBackend.facts`)."""
     if given is not None:
         header = read_profile(given).header
-        choice = ProfileChoice(None, Path(given), False, profile_mismatch(given, model, dtype, here),
+        choice = ProfileChoice(None, Path(given), False, header_mismatch(header, model, dtype, here),
                                machine_notes(header.get("device") or {}, here))
         if choice.differences:
             progress(f"warning: --profile {given} was measured elsewhere ({'; '.join(choice.differences)}); "
