@@ -15,15 +15,44 @@ from simbatch.errors import SimbatchError
 from simbatch.presets import spec_values
 
 
+# Bytes per weight (or per KV element) of each quantised format. int4 keeps one
+# 16-bit scale per group of 128 weights, as GPTQ, AWQ and vLLM's Marlin kernels
+# do by default (group_size 128): 0.5 + 2 / 128 bytes a weight.
+QUANT_BYTES = {"fp8": 1.0, "int8": 1.0, "int4": 0.5 + 2 / 128}
+WEIGHT_QUANTS = ("none", "fp8", "int8", "int4")
+KV_QUANTS = ("none", "fp8")
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
-    """Shapes of a decoder-only transformer (Llama/Mistral/OPT family).
+    """Shapes of a decoder-only transformer (Llama/Mistral/Qwen/OPT family, mixtures of
+    experts such as Mixtral and DeepSeek, multi-head latent attention).
 
     ``gated_mlp`` selects a SwiGLU MLP (gate, up and down matrices, as in
     Llama) over a plain two-matrix MLP (OPT). ``tied_embeddings`` says the LM
     head shares the input embedding matrix (OPT does), which changes the
     parameter count but not the bytes read per step. Biases, norms' bias terms
     and learned position embeddings (OPT) are left out: under 0.1% of weights.
+
+    **Mixture of experts** (``num_experts > 0``): every layer from
+    ``num_dense_layers`` on replaces its MLP with ``num_experts`` routed experts
+    of width ``moe_intermediate_size``, of which each token uses
+    ``experts_per_token`` (top-k), plus an always-used shared expert of width
+    ``shared_expert_intermediate_size`` (0: none) and a router; the leading
+    ``num_dense_layers`` keep a dense MLP of width ``intermediate_size``.
+
+    **Multi-head latent attention** (``kv_lora_rank > 0``, DeepSeek-V2/V3): K
+    and V are compressed into one latent of ``kv_lora_rank`` plus a shared RoPE
+    key of ``qk_rope_head_dim``, which is all the KV cache holds;
+    ``head_dim`` is the query/key head width (its no-RoPE part plus
+    ``qk_rope_head_dim``), ``v_head_dim`` the value head width and
+    ``q_lora_rank`` the query compression (0: none).
+
+    **Quantisation**: ``dtype_bytes`` is the activations' element size (and the
+    weights' and KV cache's, unquantised); ``weight_quant`` stores the linear
+    layers' weights (attention, MLP and experts; not embeddings, norms or the
+    LM head, which serving engines keep in 16 bits) as ``fp8``, ``int8`` or
+    ``int4``, and ``kv_quant: fp8`` the KV cache.
     """
 
     name: str
@@ -38,42 +67,143 @@ class ModelSpec:
     max_context: int
     dtype_bytes: int = 2
     tied_embeddings: bool = False
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0
+    num_dense_layers: int = 0
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    weight_quant: str = "none"
+    kv_quant: str = "none"
+
+    @property
+    def is_moe(self) -> bool:
+        """True for a mixture of experts."""
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        """True for multi-head latent attention (DeepSeek)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def is_dense_standard(self) -> bool:
+        """True for a dense, unquantised model with standard (grouped-query) attention: what
+        measured profiles and the torch backend cover."""
+        return not (self.is_moe or self.is_mla or self.weight_quant != "none" or self.kv_quant != "none")
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts."""
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
 
     @property
     def q_size(self) -> int:
-        """Width of the query (and attention output) projection."""
+        """Width of the query projection (and of the attention output, but under MLA)."""
         return self.num_heads * self.head_dim
 
     @property
     def kv_size(self) -> int:
-        """Width of one of the key / value projections."""
+        """Width of one of the key / value projections (standard attention)."""
         return self.num_kv_heads * self.head_dim
 
     @property
+    def weight_bytes_per_param(self) -> float:
+        """Bytes a linear layer's weight takes (quantised or not)."""
+        return QUANT_BYTES.get(self.weight_quant, self.dtype_bytes)
+
+    @property
+    def kv_dtype_bytes(self) -> float:
+        """Bytes one cached K or V element takes."""
+        return QUANT_BYTES.get(self.kv_quant, self.dtype_bytes)
+
+    def attention_params(self, tp: int = 1) -> int:
+        """Weights of one layer's attention projections each of ``tp`` GPUs holds (heads are
+        split; KV heads are replicated when ``tp`` exceeds them; MLA's down-projections are
+        replicated, as vLLM holds them)."""
+        h, heads = self.hidden_size, self.num_heads // tp
+        if self.is_mla:
+            q = (h * self.q_lora_rank + self.q_lora_rank * heads * self.head_dim if self.q_lora_rank
+                 else h * heads * self.head_dim)
+            kv_down = h * (self.kv_lora_rank + self.qk_rope_head_dim)
+            nope = self.head_dim - self.qk_rope_head_dim
+            kv_up = self.kv_lora_rank * heads * (nope + self.v_head_dim)
+            return q + kv_down + kv_up + heads * self.v_head_dim * h
+        q = self.q_size // tp
+        kv = max(1, self.num_kv_heads // tp) * self.head_dim
+        return h * (q + 2 * kv) + q * h
+
+    def mlp_params(self, width: int, tp: int = 1) -> int:
+        """Weights of one MLP of intermediate ``width`` (gated or plain) per GPU of ``tp``."""
+        return ((2 if self.gated_mlp else 1) * width // tp + width // tp) * self.hidden_size
+
+    def dense_layer_params(self, tp: int = 1) -> int:
+        """Per GPU, all layers together: the weights every step reads whole (attention, dense
+        MLPs, shared experts and routers), i.e. all but the routed experts."""
+        L, moe = self.num_layers, self.num_moe_layers
+        attn = L * self.attention_params(tp)
+        dense = (L - moe) * self.mlp_params(self.intermediate_size, tp)
+        shared = moe * self.mlp_params(self.shared_expert_intermediate_size, tp)
+        router = moe * self.hidden_size * self.num_experts  # replicated, tiny
+        return attn + dense + shared + router
+
+    def expert_params(self, tp: int = 1) -> int:
+        """Weights of one routed expert per GPU (experts split over the TP group, vLLM's
+        default); 0 for a dense model."""
+        return self.mlp_params(self.moe_intermediate_size, tp) if self.is_moe else 0
+
+    @property
     def linear_params_per_layer(self) -> int:
-        """Weights of one layer's matrices: QKV, O and the MLP."""
-        h = self.hidden_size
-        attn = h * (self.q_size + 2 * self.kv_size) + self.q_size * h
-        mlp = (3 if self.gated_mlp else 2) * h * self.intermediate_size
-        return attn + mlp
+        """Weights of one layer's matrices (QKV, O and the MLP; every routed expert counted),
+        averaged over the layers."""
+        total = self.dense_layer_params() + self.num_moe_layers * self.num_experts * self.expert_params()
+        return total // self.num_layers
+
+    @property
+    def linear_params(self) -> int:
+        """All layers' matrices, every routed expert counted (the weights that are quantised)."""
+        return self.dense_layer_params() + self.num_moe_layers * self.num_experts * self.expert_params()
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses (only its ``experts_per_token`` routed experts)."""
+        unused = self.num_moe_layers * (self.num_experts - self.experts_per_token) * self.expert_params()
+        return self.num_params - unused
 
     @property
     def num_params(self) -> int:
         """All parameters: layers (matrices and norms), embedding, final norm, LM head."""
+        return self.linear_params + self._other_params
+
+    @property
+    def _other_params(self) -> int:
+        """Norms, embedding and LM head: kept in 16 bits when the matrices are quantised."""
         h = self.hidden_size
-        per_layer = self.linear_params_per_layer + 2 * h  # two norm weight vectors
         embeddings = self.vocab_size * h * (1 if self.tied_embeddings else 2)
-        return self.num_layers * per_layer + h + embeddings
+        return self.num_layers * 2 * h + h + embeddings
 
     @property
-    def weight_bytes(self) -> int:
+    def weight_bytes(self) -> float:
         """Bytes the weights occupy in GPU memory (all GPUs together)."""
-        return self.num_params * self.dtype_bytes
+        return self.linear_params * self.weight_bytes_per_param + self._other_params * self.dtype_bytes
 
     @property
-    def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes one token occupies, over all layers (K and V)."""
-        return self.num_layers * 2 * self.kv_size * self.dtype_bytes
+    def kv_bytes_per_token(self) -> float:
+        """KV-cache bytes one token occupies, over all layers (K and V, or MLA's latent), one
+        copy (what a KV transfer sends)."""
+        if self.is_mla:
+            return self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim) * self.kv_dtype_bytes
+        return self.num_layers * 2 * self.kv_size * self.kv_dtype_bytes
+
+    def kv_bytes_per_token_per_gpu(self, tp: int = 1) -> float:
+        """KV-cache bytes one token occupies on each GPU of a ``tp``-way replica: KV heads are
+        split (and replicated when ``tp`` exceeds them); MLA's latent is replicated whole."""
+        if self.is_mla:
+            return self.kv_bytes_per_token
+        return self.num_layers * 2 * max(1, self.num_kv_heads // tp) * self.head_dim * self.kv_dtype_bytes
 
 
 def _llama(name, layers, hidden, heads, kv_heads, inter, vocab, ctx) -> ModelSpec:
@@ -106,6 +236,10 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
 }
 
 _BOOL_FIELDS = {"gated_mlp", "tied_embeddings"}
+# Fields that may be 0 (the feature is off).
+_ZERO_FIELDS = {"num_experts", "experts_per_token", "moe_intermediate_size", "shared_expert_intermediate_size",
+                "num_dense_layers", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim"}
+_CHOICES = {"weight_quant": WEIGHT_QUANTS, "kv_quant": KV_QUANTS}
 
 
 def get_model(name_or_dict: str | dict | ModelSpec, where: str = "model") -> ModelSpec:
@@ -114,9 +248,40 @@ def get_model(name_or_dict: str | dict | ModelSpec, where: str = "model") -> Mod
     values = spec_values(ModelSpec, MODEL_PRESETS, name_or_dict, "model", where, _check_field)
     if isinstance(values, ModelSpec):
         return values
-    if values["num_heads"] % values["num_kv_heads"]:
-        raise SimbatchError(f"{where}.num_kv_heads", "must divide num_heads")
+    check_consistent(values, where)
     return ModelSpec(**values)
+
+
+def check_consistent(v: dict, where: str) -> None:
+    """Checks across a model's fields (each one's own type and range checked already)."""
+    if v["num_heads"] % v["num_kv_heads"]:
+        raise SimbatchError(f"{where}.num_kv_heads", "must divide num_heads")
+    if v.get("num_experts", 0):
+        if not 1 <= v.get("experts_per_token", 0) <= v["num_experts"]:
+            raise SimbatchError(f"{where}.experts_per_token",
+                                f"must be between 1 and num_experts ({v['num_experts']}) in a mixture of experts")
+        if not v.get("moe_intermediate_size", 0):
+            raise SimbatchError(f"{where}.moe_intermediate_size", "must be positive in a mixture of experts")
+        if v.get("num_dense_layers", 0) >= v["num_layers"]:
+            raise SimbatchError(f"{where}.num_dense_layers", f"must be below num_layers ({v['num_layers']})")
+    else:
+        for key in ("experts_per_token", "moe_intermediate_size", "shared_expert_intermediate_size",
+                    "num_dense_layers"):
+            if v.get(key, 0):
+                raise SimbatchError(f"{where}.{key}", "applies to a mixture of experts only (set num_experts)")
+    if v.get("kv_lora_rank", 0):
+        for key in ("qk_rope_head_dim", "v_head_dim"):
+            if not v.get(key, 0):
+                raise SimbatchError(f"{where}.{key}", "must be positive with multi-head latent attention "
+                                                      "(kv_lora_rank)")
+        if v["qk_rope_head_dim"] >= v["head_dim"]:
+            raise SimbatchError(f"{where}.qk_rope_head_dim",
+                                f"must be below head_dim ({v['head_dim']}: no-RoPE plus RoPE part)")
+    else:
+        for key in ("q_lora_rank", "qk_rope_head_dim", "v_head_dim"):
+            if v.get(key, 0):
+                raise SimbatchError(f"{where}.{key}", "applies to multi-head latent attention only "
+                                                      "(set kv_lora_rank)")
 
 
 def _check_field(key: str, value, where: str):
@@ -127,6 +292,11 @@ def _check_field(key: str, value, where: str):
     elif key in _BOOL_FIELDS:
         if not isinstance(value, bool):
             raise SimbatchError(where, f"must be true or false, got {value!r}")
-    elif isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise SimbatchError(where, f"must be a positive integer, got {value!r}")
+    elif key in _CHOICES:
+        if value not in _CHOICES[key]:
+            raise SimbatchError(where, f"unknown format {value!r}; allowed: {', '.join(_CHOICES[key])}")
+    elif isinstance(value, bool) or not isinstance(value, int) or value < 0 or (value == 0
+                                                                               and key not in _ZERO_FIELDS):
+        kind = "a non-negative" if key in _ZERO_FIELDS else "a positive"
+        raise SimbatchError(where, f"must be {kind} integer, got {value!r}")
     return value
