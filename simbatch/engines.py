@@ -136,8 +136,14 @@ def profiling_peak_bytes(model: ModelSpec, tensor_parallel: int, tokens: int, se
     (residual and hidden states, the MLP's up projection and its activation) and the
     sampler's logits; the caching allocator reuses one for the other."""
     tp, dt = tensor_parallel, model.dtype_bytes
-    mlp_up = (2 if model.gated_mlp else 1) * model.intermediate_size // tp
-    forward = tokens * dt * (2 * model.hidden_size + mlp_up + model.intermediate_size // tp)
+
+    def mlp(width: int, rows: int) -> int:  # the MLP's up projection and its activation
+        return rows * ((2 if model.gated_mlp else 1) * width // tp + width // tp)
+
+    widest = mlp(model.intermediate_size, tokens) if model.num_dense_layers or not model.is_moe else 0
+    if model.is_moe:  # each token's rows through its experts (the fused MoE kernel's buffers)
+        widest = max(widest, mlp(model.moe_intermediate_size, tokens * model.experts_per_token))
+    forward = dt * (tokens * 2 * model.hidden_size + widest)
     sampler = min(seqs, tokens or seqs) * model.vocab_size * SAMPLER_BYTES_PER_LOGIT
     return float(max(forward, sampler))
 

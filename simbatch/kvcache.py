@@ -46,13 +46,16 @@ def reserved_tokens(prompt, output, reserve: str, max_tokens: int) -> np.ndarray
     raise SimbatchError("kv_cache.reserve", f"unknown reserve {reserve!r}; allowed: {', '.join(RESERVES)}")
 
 
-def kv_capacity_blocks(*, gpu_memory_bytes: float, weight_bytes: float, kv_bytes_per_token: float,
+def kv_capacity_blocks(*, gpu_memory_bytes: float, weight_bytes: float, kv_bytes_per_token_per_gpu: float,
                        tensor_parallel: int, block_size: int,
                        gpu_memory_utilization: float, reserved_bytes: float = 0.0) -> int:
-    """KV blocks one replica can hold (weights and KV split evenly over ``tensor_parallel`` GPUs;
-    ``reserved_bytes`` per GPU held back by the serving engine, see :mod:`simbatch.engines`)."""
+    """KV blocks one replica can hold: the weights split evenly over ``tensor_parallel`` GPUs,
+    each token's KV taking ``kv_bytes_per_token_per_gpu`` on every GPU (``ModelSpec.
+    kv_bytes_per_token_per_gpu``: heads split, replicated where there are fewer KV heads than
+    GPUs, MLA's latent whole); ``reserved_bytes`` per GPU held back by the serving engine, see
+    :mod:`simbatch.engines`."""
     budget = gpu_memory_bytes * gpu_memory_utilization - weight_bytes / tensor_parallel - reserved_bytes
-    per_block = block_size * kv_bytes_per_token / tensor_parallel
+    per_block = block_size * kv_bytes_per_token_per_gpu
     return max(0, int(budget // per_block))
 
 

@@ -15,6 +15,7 @@ import pandas as pd
 from simbatch.engine.simulation import RunResult, simulate
 from simbatch.metrics import replica_summaries, request_table, steps_table, summarize
 from simbatch.metrics.disaggregation import disaggregation_summary
+from simbatch.quantization import describe as quantization_formats
 from simbatch.report import write_run
 from simbatch.scenario import Scenario
 from simbatch.version import __version__
@@ -56,6 +57,17 @@ class RunOutput:
         write_run(Path(out_dir), self.summary, self.requests, self.steps, self.messages, extra)
 
 
+def describe_model(model) -> dict:
+    """The model for ``summary.json``: size and KV per token, active parameters of a mixture of
+    experts, storage formats of a quantised one."""
+    out = {"name": model.name, "num_params": model.num_params, "kv_bytes_per_token": model.kv_bytes_per_token}
+    if model.is_moe:
+        out["active_params"] = model.active_params
+    if model.weight_quant != "none" or model.kv_quant != "none":
+        out["quantization"] = quantization_formats(model)
+    return out
+
+
 def describe_run(result: RunResult) -> dict:
     """What ran: policy, model, hardware and cost model, for ``summary.json``."""
     sc, model, gpu = result.scenario, result.model, result.gpu
@@ -64,8 +76,7 @@ def describe_run(result: RunResult) -> dict:
         "seed": sc.seed,
         "simbatch_version": __version__,
         "policy": {"kind": sc.data["policy"]["kind"], **dataclasses.asdict(result.policy_params)},
-        "model": {"name": model.name, "num_params": model.num_params,
-                  "kv_bytes_per_token": model.kv_bytes_per_token},
+        "model": describe_model(model),
         "hardware": {"name": gpu.name, "replicas": len(result.group_of_replica) or sc.cluster.replicas,
                      "tensor_parallel": sc.cluster.tensor_parallel,
                      "gpus": sum(g.count * g.tensor_parallel for g in result.groups) or None,

@@ -22,6 +22,7 @@ from simbatch.dotted import set_dotted  # noqa: F401  (re-exported: --set, sweep
 from simbatch.errors import SimbatchError
 from simbatch.hardware import GPUSpec, get_gpu
 from simbatch.models import ModelSpec, get_model
+from simbatch.quantization import apply_quantization
 from simbatch.params import parse_params, require
 from simbatch.policies import PolicySpec, parse_policy, parse_policy_spec
 from simbatch.yamlio import compose, load_yaml, read_text, safe_load
@@ -29,7 +30,7 @@ from simbatch.yamlio import compose, load_yaml, read_text, safe_load
 if TYPE_CHECKING:
     from simbatch.workload import Workload
 
-TOP_LEVEL = ("name", "description", "workload", "model", "hardware", "cluster", "policy",
+TOP_LEVEL = ("name", "description", "workload", "model", "quantization", "hardware", "cluster", "policy",
              "policies", "cost_model", "kv_cache", "slo", "seed", "sweep", "control", "disaggregation",
              "variants", "engine")
 
@@ -330,7 +331,8 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
     seed = data.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise SimbatchError(f"{source}: seed", f"expected a non-negative integer, got {seed!r}")
-    model = get_model(data["model"], f"{source}: model")
+    model = apply_quantization(get_model(data["model"], f"{source}: model"), data.get("quantization"),
+                               f"{source}: quantization")
     gpu = get_gpu(data["hardware"], f"{source}: hardware")
     # checked against the policy it will drive
     slo = parse_params(SLOParams, data.get("slo"), f"{source}: slo")

@@ -40,6 +40,7 @@ from simbatch.backends.torch_inputs import StepInputs, prepare
 from simbatch.backends.torch_kv import PagedKVPool
 from simbatch.backends.torch_model import LlamaModel
 from simbatch.costmodel.base import StepCost
+from simbatch.errors import SimbatchError
 from simbatch.models import ModelSpec, get_model
 from simbatch.plan import StepPlan
 
@@ -79,6 +80,9 @@ class TorchBackend:
                  device: str = "cpu", dtype: str | None = None, seed: int = 0, threads: int | None = None,
                  keep_hidden: bool = False):
         self.spec = get_model(model, "model")
+        if not self.spec.is_dense_standard:
+            raise SimbatchError("model", f"the torch backend runs dense 16-bit Llama-style models, not {self.spec.name} "
+                                         "(a mixture of experts, latent attention or quantised storage)")
         self.device = resolve_device(device)
         self.dtype_name = dtype or default_dtype(self.device.type)
         self.threads = threads or available_cores()

@@ -207,28 +207,49 @@ class RooflineCostModel(PricedByWork):
         """Per-GPU, whole-model constants: FLOPs and bytes per token, per row, per pair."""
         m, g, p, tp = self.model, self.gpu, self.params, self.tensor_parallel
         L, h, dt = m.num_layers, m.hidden_size, m.dtype_bytes
-        q = m.q_size // tp
-        kv = max(1, m.num_kv_heads // tp) * m.head_dim  # KV heads are replicated when tp > heads
-        mlp_out = (2 if m.gated_mlp else 1) * m.intermediate_size // tp
-        inter = m.intermediate_size // tp
-        params = L * (h * (q + 2 * kv) + q * h + (mlp_out + inter) * h)
+        # Weights every step reads whole: attention, dense MLPs, shared experts, routers.
+        params = m.dense_layer_params(tp)
         self._lin_flops_tok = 2.0 * params
-        self._lin_weight_bytes = float(params * dt)
-        # Activations each GEMM reads and writes (QKV, O, up, down), per token.
-        self._lin_act_tok = float(L * dt * (h + q + 2 * kv + q + h + h + mlp_out + inter + h))
-        self._lin_inv_flops = 1.0 / (g.peak_flops * p["compute_eff"])
+        self._lin_weight_bytes = float(params * m.weight_bytes_per_param)
+        # Activations each GEMM reads and writes, per token (see _activation_elements).
+        self._lin_act_tok = float(dt * _activation_elements(m, tp))
+        self._lin_inv_flops = 1.0 / (_linear_rate(m, g) * p["compute_eff"])
         self._inv_bw = 1.0 / (g.hbm_bandwidth * p["bw_eff"])
         self._tile = int(p["gemm_tile_tokens"])
+        if _dequantises(m, g):  # weight-only kernels (Marlin) tile tokens by 16, built for small batches
+            self._tile = min(self._tile, MARLIN_TILE_TOKENS)
         self._ramp = p["gemm_ramp_tokens"]
-        # LM head (vocab-parallel): one row of logits per slot.
+        self._moe = m.is_moe
+        if self._moe:  # routed experts: priced per step from the experts its tokens touch
+            expert = m.expert_params(tp)
+            self._expert_flops_row = 2.0 * m.num_moe_layers * expert  # one token through one expert
+            self._expert_bytes = float(m.num_moe_layers * expert * m.weight_bytes_per_param)
+            width = m.moe_intermediate_size // tp
+            self._expert_act_row = float(m.num_moe_layers * dt * (h + (2 if m.gated_mlp else 1) * width + width + h))
+        # LM head (vocab-parallel, kept in 16 bits): one row of logits per slot.
         vocab = m.vocab_size / tp
+        self._lm_inv_flops = 1.0 / (g.peak_flops * p["compute_eff"])
         self._lm_flops_row = 2.0 * h * vocab
         self._lm_weight_bytes = h * vocab * dt
         self._lm_act_row = (h + vocab) * dt
-        # Attention: 4 FLOPs per (query, key) pair per head dim (QK^T and PV).
-        self._attn_flops_pair = 4.0 * q * L
-        self._attn_kv_tok = float(L * 2 * kv * dt)
-        self._attn_q_tok = float(L * 2 * q * dt)  # Q in, O out
+        # Attention: 2 FLOPs per (query, key) pair per head and QK width, 2 per value width.
+        heads = m.num_heads // tp
+        self._mla = m.is_mla
+        if m.is_mla:
+            # Prefill expands the latent into per-head K and V (head_dim, v_head_dim); decode
+            # scores queries absorbed into the latent space against the cached latent itself
+            # (kv_lora_rank + rope width for QK, kv_lora_rank for PV), as vLLM's MLA backends do
+            # (DeepSeek-V2 paper, section 2.1.3).
+            latent = m.kv_lora_rank + m.qk_rope_head_dim
+            self._attn_flops_pair = 2.0 * heads * (m.head_dim + m.v_head_dim) * L
+            self._attn_flops_pair_dec = 2.0 * heads * (latent + m.kv_lora_rank) * L
+            self._attn_q_tok = float(L * heads * (m.head_dim + m.v_head_dim) * dt)
+            self._attn_q_tok_dec = float(L * heads * (latent + m.kv_lora_rank) * dt)
+        else:
+            q = m.q_size // tp
+            self._attn_flops_pair = self._attn_flops_pair_dec = 4.0 * q * L
+            self._attn_q_tok = self._attn_q_tok_dec = float(L * 2 * q * dt)  # Q in, O out
+        self._attn_kv_tok = float(m.kv_bytes_per_token_per_gpu(tp))
         self._attn_inv_flops = 1.0 / (g.peak_flops * p["attn_compute_eff"])
         self._attn_inv_bw = 1.0 / (g.hbm_bandwidth * p["attn_bw_eff"])
         # Two ring all-reduces per layer (after O and after down) of T x hidden.
@@ -243,16 +264,18 @@ class RooflineCostModel(PricedByWork):
         """The step's cost from its summed work (:func:`plan_work`); ``live``: non-padding slots."""
         tokens, rows, dec, pre = work
         lin = self._linear_seconds(tokens)
-        lm = max(rows * self._lm_flops_row * self._lin_inv_flops,
+        lm = max(rows * self._lm_flops_row * self._lm_inv_flops,
                  (self._lm_weight_bytes + rows * self._lm_act_row) * self._inv_bw) if rows else 0.0
         bd = {
             "linear": lin,
             "lm_head": lm,
             "attn_prefill": self.attn_seconds(pre),
-            "attn_decode": self.attn_seconds(dec),
+            "attn_decode": self.attn_seconds(dec, decode=True),
             "allreduce": tokens * self._ar_tok + self._ar_fixed if tokens else 0.0,
             "overhead": self.overhead(work, live),
         }
+        if self._moe:
+            bd["experts"] = max(self._expert_bounds(tokens))
         flops, nbytes = self.counts(kept)
         return StepCost(sum(bd.values()), bd, flops, nbytes)
 
@@ -264,21 +287,23 @@ class RooflineCostModel(PricedByWork):
         """A padded batch's run of decode steps priced at once with numpy: the same
         operations, in the same order, as :meth:`price` on each step's
         ``decode_work`` (so bit-identical): only the attention's context varies."""
+        if self._moe:  # the experts' term is not in the sum below; price step by step
+            return super().padded_decode_costs(num_slots, num_live, contexts)
         S, n = num_slots, num_live
         ctx = np.asarray(contexts, dtype=np.int64)
         pairs = S * ctx + S  # decode_work: (context sum + slots) pairs and KV tokens
-        attn = np.maximum(pairs * self._attn_flops_pair * self._attn_inv_flops,
-                          (pairs * self._attn_kv_tok + S * self._attn_q_tok) * self._attn_inv_bw)
-        lm = max(S * self._lm_flops_row * self._lin_inv_flops,
+        attn = np.maximum(pairs * self._attn_flops_pair_dec * self._attn_inv_flops,
+                          (pairs * self._attn_kv_tok + S * self._attn_q_tok_dec) * self._attn_inv_bw)
+        lm = max(S * self._lm_flops_row * self._lm_inv_flops,
                  (self._lm_weight_bytes + S * self._lm_act_row) * self._inv_bw)
         ar = S * self._ar_tok + self._ar_fixed
         over = self.overhead(decode_work(S, 0), n)  # S tokens over n live sequences
         # price(): sum(bd.values()) = 0 + linear + lm_head + attn_prefill (0.0) + attn_decode + ...
         seconds = (self._linear_seconds(S) + lm + 0.0) + attn + ar + over
         kept = n * ctx + n  # the live rows' pairs and KV tokens (counts on the kept work)
-        flops = (n * self._lin_flops_tok + n * self._lm_flops_row) + kept * self._attn_flops_pair
-        nbytes = ((kept * self._attn_kv_tok + n * self._attn_q_tok) + (self._lin_weight_bytes + n * self._lin_act_tok)
-                  + (self._lm_weight_bytes + n * self._lm_act_row))
+        flops = (n * self._lin_flops_tok + n * self._lm_flops_row) + kept * self._attn_flops_pair_dec
+        nbytes = ((kept * self._attn_kv_tok + n * self._attn_q_tok_dec)
+                  + (self._lin_weight_bytes + n * self._lin_act_tok) + (self._lm_weight_bytes + n * self._lm_act_row))
         return seconds.tolist(), flops.tolist(), nbytes.tolist()
 
     def bounds(self, work: StepWork) -> tuple[float, float]:
@@ -288,12 +313,16 @@ class RooflineCostModel(PricedByWork):
             c += self._gemm_tokens(tokens) * self._lin_flops_tok * self._lin_inv_flops
             m += (self._lin_weight_bytes + tokens * self._lin_act_tok) * self._inv_bw
         if rows:
-            c += rows * self._lm_flops_row * self._lin_inv_flops
+            c += rows * self._lm_flops_row * self._lm_inv_flops
             m += (self._lm_weight_bytes + rows * self._lm_act_row) * self._inv_bw
-        for pairs, kv_tokens, q_tokens in (pre, dec):
+        for (pairs, kv_tokens, q_tokens), flops_pair, q_tok in ((pre, self._attn_flops_pair, self._attn_q_tok),
+                                                                (dec, self._attn_flops_pair_dec, self._attn_q_tok_dec)):
             if q_tokens:
-                c += pairs * self._attn_flops_pair * self._attn_inv_flops
-                m += (kv_tokens * self._attn_kv_tok + q_tokens * self._attn_q_tok) * self._attn_inv_bw
+                c += pairs * flops_pair * self._attn_inv_flops
+                m += (kv_tokens * self._attn_kv_tok + q_tokens * q_tok) * self._attn_inv_bw
+        if self._moe and tokens:
+            ec, em = self._expert_bounds(tokens)
+            c, m = c + ec, m + em
         return c, m
 
     def _linear_seconds(self, tokens: int) -> float:
@@ -310,25 +339,109 @@ class RooflineCostModel(PricedByWork):
         tiled = -(-tokens // self._tile) * self._tile if self._tile > 1 else tokens
         return max(tiled, tokens + self._ramp)
 
-    def attn_seconds(self, sums: AttnWork) -> float:
-        """One attention kernel over its slots' summed work."""
+    def _expert_bounds(self, tokens: int) -> tuple[float, float]:
+        """(compute, memory) seconds of the routed experts of all MoE layers over ``tokens``.
+
+        With uniform routing, ``tokens`` tokens each picking ``k`` of ``E`` experts touch
+        ``E (1 - (1 - k/E)^tokens)`` distinct experts on average, and only those are read:
+        a decode step of a few sequences reads about the active parameters, a large batch
+        all of them. Compute counts the ``k`` experts of each token, each touched expert's
+        rows padded to a block of :data:`MOE_BLOCK_ROWS` (the fused MoE kernel aligns every
+        expert's rows to its tile), plus the GEMM ramp once (one grouped GEMM). Routing
+        skew is not modelled: real routers are less uniform, which touches fewer experts.
+        """
+        if not tokens:
+            return 0.0, 0.0
+        m = self.model
+        E, k = m.num_experts, m.experts_per_token
+        touched = E * -math.expm1(tokens * math.log1p(-k / E)) if k < E else float(E)
+        rows = tokens * k
+        padded = touched * math.ceil(rows / touched / MOE_BLOCK_ROWS) * MOE_BLOCK_ROWS
+        compute = (padded + self._ramp) * self._expert_flops_row * self._lin_inv_flops
+        memory = (touched * self._expert_bytes + rows * self._expert_act_row) * self._inv_bw
+        return compute, memory
+
+    def attn_seconds(self, sums: AttnWork, decode: bool = False) -> float:
+        """One attention kernel over its slots' summed work (``decode``: one query per slot,
+        which MLA scores in its latent space)."""
         pairs, kv_tokens, q_tokens = sums
         if not q_tokens:
             return 0.0
+        if decode:
+            return max(pairs * self._attn_flops_pair_dec * self._attn_inv_flops,
+                       (kv_tokens * self._attn_kv_tok + q_tokens * self._attn_q_tok_dec) * self._attn_inv_bw)
         return max(pairs * self._attn_flops_pair * self._attn_inv_flops,
                    (kv_tokens * self._attn_kv_tok + q_tokens * self._attn_q_tok) * self._attn_inv_bw)
 
     def counts(self, work: StepWork) -> tuple[float, float]:
         """FLOPs and HBM bytes (per GPU) of ``work`` (MFU and MBU count the kept work)."""
         tokens, rows, (dp, dkv, dq), (pp, pkv, pq) = work
-        flops = (tokens * self._lin_flops_tok + rows * self._lm_flops_row
-                 + (dp + pp) * self._attn_flops_pair)
-        nbytes = (dkv + pkv) * self._attn_kv_tok + (dq + pq) * self._attn_q_tok
+        if self._mla:  # decode and prefill attention count differently
+            attn_flops = dp * self._attn_flops_pair_dec + pp * self._attn_flops_pair
+            q_bytes = dq * self._attn_q_tok_dec + pq * self._attn_q_tok
+        else:
+            attn_flops, q_bytes = (dp + pp) * self._attn_flops_pair, (dq + pq) * self._attn_q_tok
+        flops = tokens * self._lin_flops_tok + rows * self._lm_flops_row + attn_flops
+        nbytes = (dkv + pkv) * self._attn_kv_tok + q_bytes
         if tokens:
             nbytes += self._lin_weight_bytes + tokens * self._lin_act_tok
+            if self._moe:
+                flops += tokens * self.model.experts_per_token * self._expert_flops_row
+                nbytes += self._expert_bounds(tokens)[1] / self._inv_bw
         if rows:
             nbytes += self._lm_weight_bytes + rows * self._lm_act_row
         return float(flops), float(nbytes)
+
+
+# Rows of one expert's block in the fused MoE kernel: vLLM's moe_align_block_size pads each
+# expert's tokens to BLOCK_SIZE_M, 16 in its default configurations for small batches
+# (vllm/model_executor/layers/fused_moe/fused_moe.py, get_default_config).
+MOE_BLOCK_ROWS = 16
+
+
+# Token rows of one tile of a weight-only quantised GEMM: Marlin (IST-DASLab/marlin, used by
+# vLLM for GPTQ/AWQ int4 and for FP8 weights on GPUs without FP8 tensor cores) computes
+# 16 x 256 output tiles and is designed for batches of 1-32 tokens.
+MARLIN_TILE_TOKENS = 16
+
+
+def _dequantises(model: ModelSpec, gpu: GPUSpec) -> bool:
+    """True when the linear layers' weights are quantised but computed at the 16-bit rate
+    (int4, or fp8 / int8 on a GPU without those tensor cores): weight-only kernels."""
+    return model.weight_quant != "none" and _linear_rate(model, gpu) == gpu.peak_flops
+
+
+def _linear_rate(model: ModelSpec, gpu: GPUSpec) -> float:
+    """Peak FLOP/s of the linear layers: FP8 or INT8 tensor cores for weights in that format
+    where the GPU has them (activations quantised on the fly: W8A8), else the 16-bit rate
+    (int4, and FP8 on GPUs without FP8, dequantise the weights inside the GEMM: W4A16 / W8A16)."""
+    if model.weight_quant == "fp8" and gpu.fp8_flops:
+        return gpu.fp8_flops
+    if model.weight_quant == "int8" and gpu.int8_flops:
+        return gpu.int8_flops
+    return gpu.peak_flops
+
+
+def _activation_elements(m: ModelSpec, tp: int) -> int:
+    """Activation elements the dense GEMMs (all but the routed experts) read and write per
+    token per GPU, over all layers: each GEMM's input and output row."""
+    h, heads = m.hidden_size, m.num_heads // tp
+    if m.is_mla:
+        nope = m.head_dim - m.qk_rope_head_dim
+        q = (h + m.q_lora_rank + m.q_lora_rank + heads * m.head_dim) if m.q_lora_rank else h + heads * m.head_dim
+        kv = h + m.kv_lora_rank + m.qk_rope_head_dim + m.kv_lora_rank + heads * (nope + m.v_head_dim)
+        attn = q + kv + heads * m.v_head_dim + h
+    else:
+        q, kv = m.q_size // tp, max(1, m.num_kv_heads // tp) * m.head_dim
+        attn = h + q + 2 * kv + q + h  # QKV in and out, O in and out
+
+    def mlp(width: int) -> int:  # up (and gate) in and out, down in and out
+        w = width // tp
+        return h + (2 if m.gated_mlp else 1) * w + w + h if width else 0
+
+    moe = m.num_moe_layers
+    return (m.num_layers * attn + (m.num_layers - moe) * mlp(m.intermediate_size)
+            + moe * (mlp(m.shared_expert_intermediate_size) + h + m.num_experts))  # router: h in, E out
 
 
 def plan_work(plan: StepPlan) -> tuple[StepWork, StepWork, int]:

@@ -96,12 +96,12 @@ def kv_blocks_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
     reserved = scenario.engine.reserved_bytes(model, tp, params, gpu.memory_bytes)
     blocks = kv_capacity_blocks(
         gpu_memory_bytes=gpu.memory_bytes, weight_bytes=model.weight_bytes,
-        kv_bytes_per_token=model.kv_bytes_per_token, tensor_parallel=tp,
+        kv_bytes_per_token_per_gpu=model.kv_bytes_per_token_per_gpu(tp), tensor_parallel=tp,
         block_size=kv.block_size, gpu_memory_utilization=kv.gpu_memory_utilization,
         reserved_bytes=reserved)
     if blocks < 1 and kv_capacity_blocks(
             gpu_memory_bytes=gpu.memory_bytes, weight_bytes=model.weight_bytes,
-            kv_bytes_per_token=model.kv_bytes_per_token, tensor_parallel=tp, block_size=1,
+            kv_bytes_per_token_per_gpu=model.kv_bytes_per_token_per_gpu(tp), tensor_parallel=tp, block_size=1,
             gpu_memory_utilization=kv.gpu_memory_utilization, reserved_bytes=reserved) >= 1:
         raise SimbatchError(scenario.where("kv_cache.block_size"),
                             f"{kv.block_size:,} tokens per block: one block of {model.name} needs more memory than "
