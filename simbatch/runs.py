@@ -79,7 +79,8 @@ def describe_run(result: RunResult) -> dict:
         "model": describe_model(model),
         "hardware": {"name": gpu.name, "replicas": len(result.group_of_replica) or sc.cluster.replicas,
                      "tensor_parallel": sc.cluster.tensor_parallel,
-                     "gpus": sum(g.count * g.tensor_parallel for g in result.groups) or None,
+                     **({"pipeline_parallel": sc.cluster.pipeline_parallel} if sc.cluster.pipeline_parallel > 1 else {}),
+                     "gpus": sum(g.count * g.gpus_per_replica for g in result.groups) or None,
                      "kv_blocks_per_replica": result.log.kv_capacity_blocks[0],
                      "kv_block_size": sc.kv_cache.block_size, "kv_mode": sc.kv_cache.mode},
         "cost_model": result.cost_model.describe(),
@@ -103,7 +104,7 @@ def describe_control(rows: list[dict], spec: dict | None) -> dict | None:
 def run(scenario: Scenario) -> RunOutput:
     """Simulate ``scenario`` and compute its metrics."""
     result = simulate(scenario)
-    tp = scenario.cluster.tensor_parallel
+    tp = scenario.cluster.tensor_parallel * scenario.cluster.pipeline_parallel  # GPUs per replica
     requests, steps = request_table(result.log, result.workload), steps_table(result.log)
     summary = summarize(result.log, result.workload, slo=scenario.slo.as_dict() or None,
                         peak_flops=result.peak_flops, peak_bandwidth=result.peak_bandwidth,

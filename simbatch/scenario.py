@@ -83,10 +83,19 @@ class ClusterParams:
     router: str = "round_robin"
     routers: list[str] = field(default_factory=list)
     groups: tuple[ReplicaGroup, ...] = ()
+    # Pipeline stages per replica (each on tensor_parallel GPUs), the micro-batches a step is
+    # cut into (0: one per stage) and their schedule (simbatch.costmodel.pipeline).
+    pipeline_parallel: int = 1
+    micro_batches: int = 0
+    pipeline_schedule: str = "overlap"
 
     def __post_init__(self):
         require(self.replicas >= 1, "replicas", "must be >= 1")
         require(self.tensor_parallel >= 1, "tensor_parallel", "must be >= 1")
+        require(self.pipeline_parallel >= 1, "pipeline_parallel", "must be >= 1")
+        require(self.micro_batches >= 0, "micro_batches", "must be >= 0 (0: one per pipeline stage)")
+        require(self.pipeline_schedule in ("overlap", "drain"), "pipeline_schedule",
+                f"unknown schedule {self.pipeline_schedule!r}; allowed: overlap, drain")
         allowed = ", ".join(ROUTERS)
         require(self.router in ROUTERS, "router", f"unknown router {self.router!r}; allowed: {allowed}")
         for name in self.routers:
@@ -111,7 +120,8 @@ def parse_cluster(values, where: str) -> ClusterParams:
         raise SimbatchError(where, f"expected a mapping like {{replicas: 2}}, got {values!r}")
     values = dict(values or {})
     if "groups" in values:  # filled from a replicas list, never written by hand
-        raise SimbatchError(f"{where}.groups", "unknown field; allowed: replicas, tensor_parallel, router, routers")
+        raise SimbatchError(f"{where}.groups", "unknown field; allowed: replicas, tensor_parallel, router, routers, "
+                                               "pipeline_parallel, micro_batches, pipeline_schedule")
     spec = values.get("replicas")
     if not isinstance(spec, list):
         return parse_params(ClusterParams, values, where)

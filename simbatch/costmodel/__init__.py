@@ -38,7 +38,8 @@ SHIPPED_DATA = "simbatch/costmodel/data/vidur_knots.csv"  # what describe() name
 def build_cost_model(spec: dict | str | None, model: ModelSpec | str | dict,
                      gpu: GPUSpec | str | dict, tensor_parallel: int = 1,
                      where: str = "cost_model", base_dir: str | Path | None = None,
-                     overhead: dict | None = None, engine_where: str = "engine") -> CostModel:
+                     overhead: dict | None = None, engine_where: str = "engine",
+                     pipeline: tuple[int, int, str] = (1, 0, "overlap")) -> CostModel:
     """A cost model from its spec: ``{kind: roofline | profile, ...}``.
 
     ``spec`` may also be just the kind's name, or None / a dict without
@@ -47,7 +48,8 @@ def build_cost_model(spec: dict | str | None, model: ModelSpec | str | dict,
     engine's step-overhead parameters (:meth:`simbatch.engines.EngineParams.
     overhead_params`), which then replace the cost model's own; setting them in
     both places is an error naming ``engine_where``. Errors name ``where`` and
-    the field.
+    the field. ``pipeline``: (stages, micro-batches, schedule) of a pipeline-parallel replica
+    (:mod:`simbatch.costmodel.pipeline`; roofline only).
     """
     if spec is None:
         spec = {}
@@ -70,11 +72,19 @@ def build_cost_model(spec: dict | str | None, model: ModelSpec | str | dict,
     # Check here too so that errors carry the caller's `where`.
     check_tensor_parallel(tensor_parallel, model, "tensor_parallel")
     kind = kind.strip().lower()
+    stages = pipeline[0]
     if kind == "auto":
-        kind = _auto_kind(params, model, gpu, tensor_parallel, where)
+        kind = "roofline" if stages > 1 and not params else _auto_kind(params, model, gpu, tensor_parallel, where)
+    if kind == "profile" and stages > 1:
+        raise SimbatchError(f"{where}.kind", "pipeline parallelism is priced by the roofline only (a profile "
+                                             "measures whole models); use kind roofline")
     if kind == "profile":
         return _build_profile(params, model, gpu, tensor_parallel, where, base_dir, overhead)
     check_params(params, where)
+    if stages > 1:
+        from simbatch.costmodel.pipeline import PipelineCostModel
+
+        return PipelineCostModel(model, gpu, tensor_parallel, *pipeline, **params, **overhead)
     return RooflineCostModel(model, gpu, tensor_parallel, **params, **overhead)
 
 

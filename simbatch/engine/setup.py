@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from simbatch.costmodel import build_cost_model
+from simbatch.costmodel.pipeline import stage_layers
 from simbatch.costmodel.roofline import check_tensor_parallel
 from simbatch.engine.replica import Replica
 from simbatch.errors import SimbatchError
@@ -32,11 +33,20 @@ class ReplicaGroupSetup:
     policy_cls: type
     policy_params: object
     kv_blocks: int
+    pipeline_parallel: int = 1
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs one replica of this group runs on (tensor parallel x pipeline stages)."""
+        return self.tensor_parallel * self.pipeline_parallel
 
     def describe(self) -> dict:
         """What a replica of this group is, for the summary's per-replica section."""
-        return {"group": self.index, "hardware": self.gpu.name, "tensor_parallel": self.tensor_parallel,
-                "policy": self.policy_cls.kind, "kv_blocks": self.kv_blocks}
+        out = {"group": self.index, "hardware": self.gpu.name, "tensor_parallel": self.tensor_parallel,
+               "policy": self.policy_cls.kind, "kv_blocks": self.kv_blocks}
+        if self.pipeline_parallel > 1:
+            out["pipeline_parallel"] = self.pipeline_parallel
+        return out
 
 
 @dataclass
@@ -94,15 +104,13 @@ def kv_blocks_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
     tp = tensor_parallel or scenario.cluster.tensor_parallel
     params = scenario.policy.params if policy_params is None else policy_params
     reserved = scenario.engine.reserved_bytes(model, tp, params, gpu.memory_bytes)
-    blocks = kv_capacity_blocks(
-        gpu_memory_bytes=gpu.memory_bytes, weight_bytes=model.weight_bytes,
-        kv_bytes_per_token_per_gpu=model.kv_bytes_per_token_per_gpu(tp), tensor_parallel=tp,
-        block_size=kv.block_size, gpu_memory_utilization=kv.gpu_memory_utilization,
-        reserved_bytes=reserved)
-    if blocks < 1 and kv_capacity_blocks(
-            gpu_memory_bytes=gpu.memory_bytes, weight_bytes=model.weight_bytes,
-            kv_bytes_per_token_per_gpu=model.kv_bytes_per_token_per_gpu(tp), tensor_parallel=tp, block_size=1,
-            gpu_memory_utilization=kv.gpu_memory_utilization, reserved_bytes=reserved) >= 1:
+    # Pipeline stages hold their layers' weights and KV; the stage with the most layers binds.
+    share = max(stage_layers(model.num_layers, scenario.cluster.pipeline_parallel)) / model.num_layers
+    sizing = dict(gpu_memory_bytes=gpu.memory_bytes, weight_bytes=model.weight_bytes * share,
+                  kv_bytes_per_token_per_gpu=model.kv_bytes_per_token_per_gpu(tp) * share, tensor_parallel=tp,
+                  gpu_memory_utilization=kv.gpu_memory_utilization, reserved_bytes=reserved)
+    blocks = kv_capacity_blocks(block_size=kv.block_size, **sizing)
+    if blocks < 1 and kv_capacity_blocks(block_size=1, **sizing) >= 1:
         raise SimbatchError(scenario.where("kv_cache.block_size"),
                             f"{kv.block_size:,} tokens per block: one block of {model.name} needs more memory than "
                             f"{gpu.name} has left for the KV cache; use a block of 16 or 32 tokens")
@@ -172,9 +180,25 @@ def replica_backend(scenario: Scenario, model: ModelSpec, own, field) -> tuple[G
     tp = check_tensor_parallel(own.tensor_parallel or scenario.cluster.tensor_parallel, model,
                                scenario.where(field("tensor_parallel")))
     spec = scenario.data.get("cost_model") if own.cost_model is None else own.cost_model
+    c = scenario.cluster
+    if c.pipeline_parallel > 1:
+        _check_pipeline(scenario, model)
     backend = build_cost_model(spec, model, gpu, tp, scenario.where(field("cost_model")), base_dir=scenario.base_dir,
-                               overhead=scenario.engine.overhead_params(), engine_where=scenario.where("engine"))
+                               overhead=scenario.engine.overhead_params(), engine_where=scenario.where("engine"),
+                               pipeline=(c.pipeline_parallel, c.micro_batches, c.pipeline_schedule))
     return gpu, tp, backend
+
+
+def _check_pipeline(scenario: Scenario, model: ModelSpec) -> None:
+    """What a pipeline-parallel replica cannot be combined with (one-line errors)."""
+    where = scenario.where("cluster.pipeline_parallel")
+    stages = scenario.cluster.pipeline_parallel
+    if stages > model.num_layers:
+        raise SimbatchError(where, f"{stages} stages for {model.name}'s {model.num_layers} layers")
+    if scenario.is_disaggregated:
+        raise SimbatchError(where, "pipeline stages in disaggregated pools are not modelled yet; set it to 1")
+    if any(getattr(p.params, "streams", 1) > 1 for p in (scenario.policy, *scenario.group_policies)):
+        raise SimbatchError(where, "two-stream steps on a pipeline are not modelled; set policy.streams to 1")
 
 
 def build_backend(scenario: Scenario) -> tuple[ModelSpec, GPUSpec, object]:

@@ -37,7 +37,8 @@ def build_groups(scenario: Scenario, model: ModelSpec) -> list[ReplicaGroupSetup
         gpu, tp, backend = group_backend(scenario, model, i)
         policy = scenario.group_policies[i]
         blocks = kv_blocks_per_replica(scenario, model, gpu, tp, group_field(scenario, i, "hardware"), policy.params)
-        groups.append(ReplicaGroupSetup(i, group.count, gpu, tp, backend, policy.cls, policy.params, blocks))
+        groups.append(ReplicaGroupSetup(i, group.count, gpu, tp, backend, policy.cls, policy.params, blocks,
+                                        scenario.cluster.pipeline_parallel))
     return groups
 
 
