@@ -9,7 +9,8 @@ scenario's ``model:`` entry (a preset name, or a dict of fields, optionally
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from pathlib import Path
 
 from simbatch.errors import SimbatchError
 from simbatch.presets import spec_values
@@ -227,8 +228,51 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         # hidden 7168, 56 heads / 8 KV heads (head_dim 128), SwiGLU 20480,
         # vocab 64000, max_position_embeddings 4096 (Sarathi-Serve's figure 9
         # prefills it to 16k; the cost model does not check the context).
+        # The file ships as simbatch/data/hf_configs/yi-34b.json.
         _llama("yi-34b", 60, 7168, 56, 8, 20480, 64000, 4096),
         ModelSpec("opt-13b", 40, 5120, 40, 40, 128, 20480, 50272, False, 2048, tied_embeddings=True),
+        # Presets whose config.json ships in simbatch/data/hf_configs/<name>.json (sources in
+        # its README.md); tests/test_hf_config.py checks that reading each file gives the spec
+        # here, which is written out so that importing simbatch reads no file.
+        # max_context is the config's max_position_embeddings.
+        ModelSpec(name="llama-3.1-8b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
+                  head_dim=128, intermediate_size=14336, vocab_size=128256, gated_mlp=True,
+                  max_context=131072),  # hf_configs/llama-3.1-8b.json
+        ModelSpec(name="llama-3.1-70b", num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8,
+                  head_dim=128, intermediate_size=28672, vocab_size=128256, gated_mlp=True,
+                  max_context=131072),  # hf_configs/llama-3.1-70b.json
+        ModelSpec(name="llama-3.1-405b", num_layers=126, hidden_size=16384, num_heads=128, num_kv_heads=8,
+                  head_dim=128, intermediate_size=53248, vocab_size=128256, gated_mlp=True,
+                  max_context=131072),  # hf_configs/llama-3.1-405b.json
+        ModelSpec(name="qwen2.5-7b", num_layers=28, hidden_size=3584, num_heads=28, num_kv_heads=4,
+                  head_dim=128, intermediate_size=18944, vocab_size=152064, gated_mlp=True,
+                  max_context=131072),  # hf_configs/qwen2.5-7b.json
+        ModelSpec(name="qwen2.5-72b", num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8,
+                  head_dim=128, intermediate_size=29568, vocab_size=152064, gated_mlp=True,
+                  max_context=131072),  # hf_configs/qwen2.5-72b.json
+        # Gemma 2 alternates 4096-token sliding-window layers with global ones, which is not
+        # modelled (every layer is priced over the whole context, as for Mistral above).
+        ModelSpec(name="gemma-2-9b", num_layers=42, hidden_size=3584, num_heads=16, num_kv_heads=8,
+                  head_dim=256, intermediate_size=14336, vocab_size=256000, gated_mlp=True,
+                  max_context=8192, tied_embeddings=True),  # hf_configs/gemma-2-9b.json
+        ModelSpec(name="opt-66b", num_layers=64, hidden_size=9216, num_heads=72, num_kv_heads=72,
+                  head_dim=128, intermediate_size=36864, vocab_size=50272, gated_mlp=False,
+                  max_context=2048, tied_embeddings=True),  # hf_configs/opt-66b.json
+        ModelSpec(name="mixtral-8x7b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
+                  head_dim=128, intermediate_size=14336, vocab_size=32000, gated_mlp=True,
+                  max_context=32768, num_experts=8, experts_per_token=2,
+                  moe_intermediate_size=14336),  # hf_configs/mixtral-8x7b.json
+        ModelSpec(name="qwen3-30b-a3b", num_layers=48, hidden_size=2048, num_heads=32, num_kv_heads=4,
+                  head_dim=128, intermediate_size=6144, vocab_size=151936, gated_mlp=True,
+                  max_context=40960, num_experts=128, experts_per_token=8,
+                  moe_intermediate_size=768),  # hf_configs/qwen3-30b-a3b.json
+        # DeepSeek-V3 ships FP8 (block-scaled e4m3) weights: its quantization_config.
+        ModelSpec(name="deepseek-v3", num_layers=61, hidden_size=7168, num_heads=128, num_kv_heads=128,
+                  head_dim=192, intermediate_size=18432, vocab_size=129280, gated_mlp=True,
+                  max_context=163840, num_experts=256, experts_per_token=8, moe_intermediate_size=2048,
+                  shared_expert_intermediate_size=2048, num_dense_layers=3, kv_lora_rank=512,
+                  q_lora_rank=1536, qk_rope_head_dim=64, v_head_dim=128,
+                  weight_quant="fp8"),  # hf_configs/deepseek-v3.json
         # CPU-sized Llama-style shapes for the real (torch) backend.
         _llama("tiny", 4, 256, 4, 2, 688, 2048, 2048),
         _llama("small", 8, 768, 12, 4, 2048, 8192, 4096),
@@ -242,14 +286,83 @@ _ZERO_FIELDS = {"num_experts", "experts_per_token", "moe_intermediate_size", "sh
 _CHOICES = {"weight_quant": WEIGHT_QUANTS, "kv_quant": KV_QUANTS}
 
 
-def get_model(name_or_dict: str | dict | ModelSpec, where: str = "model") -> ModelSpec:
+def get_model(name_or_dict: str | dict | ModelSpec, where: str = "model", *,
+              base_dir: Path | None = None) -> ModelSpec:
     """A model spec from a preset name (any case), a mapping of fields (optionally
-    ``base: <preset>`` plus overrides), or a spec."""
+    ``base: <preset>`` plus overrides), a Hugging Face config (``config: path/to/config.json``,
+    relative to ``base_dir``, default the current directory; or ``hf_config: {...}`` inline,
+    each optionally with ``name`` and field overrides), or a spec."""
+    if isinstance(name_or_dict, dict) and _HF_KEYS & name_or_dict.keys():
+        return _from_hf(name_or_dict, where, base_dir)
     values = spec_values(ModelSpec, MODEL_PRESETS, name_or_dict, "model", where, _check_field)
     if isinstance(values, ModelSpec):
         return values
     check_consistent(values, where)
     return ModelSpec(**values)
+
+
+_HF_KEYS = {"config", "hf_config"}
+
+
+def spec_from_hf(config: dict, name: str, where: str, *, weight_quant: str | None = None) -> ModelSpec:
+    """The spec a Hugging Face ``config.json`` (as a dict) describes, called ``name``
+    (the mapping is :func:`simbatch.hf_config.spec_fields_from_hf`'s); ``weight_quant``,
+    when given, replaces the config's ``quantization_config``."""
+    from simbatch.hf_config import spec_fields_from_hf  # only when a model is read from a config
+
+    values = spec_fields_from_hf(config, name, where, weight_quant=weight_quant)
+    check_consistent(values, where)
+    return ModelSpec(**values)
+
+
+def _from_hf(entry: dict, where: str, base_dir: Path | None) -> ModelSpec:
+    """The spec of a ``{config: PATH}`` or ``{hf_config: {...}}`` entry: the config's shapes,
+    then the entry's other fields as overrides (``weight_quant`` there also means the
+    config's quantization_config is not read), checked like any custom model."""
+    from simbatch.hf_config import read_hf_config, spec_fields_from_hf  # only when a scenario uses it
+
+    if _HF_KEYS <= entry.keys():
+        raise SimbatchError(where, "give config (a config.json path) or hf_config (its fields inline), "
+                                   "not both")
+    allowed = {f.name for f in fields(ModelSpec)}
+    unknown = [k for k in entry if k not in allowed | _HF_KEYS]
+    if unknown:
+        raise SimbatchError(f"{where}.{unknown[0]}", "unknown field; allowed with a Hugging Face config: "
+                            f"config or hf_config, then {', '.join(sorted(allowed))}")
+    overrides = {k: _check_field(k, v, f"{where}.{k}") for k, v in entry.items() if k not in _HF_KEYS}
+    if "config" in entry:
+        path = _config_path(entry["config"], f"{where}.config", base_dir)
+        config, at = read_hf_config(path, f"{where}.config"), f"{where}.config"
+        default_name = _name_from_path(path)
+    else:
+        config, at, path, default_name = entry["hf_config"], f"{where}.hf_config", None, "hf-model"
+    try:
+        values = spec_fields_from_hf(config, overrides.get("name", default_name), at,
+                                     weight_quant=overrides.get("weight_quant"))
+    except SimbatchError as e:
+        if path is None:
+            raise
+        raise SimbatchError(e.where, f"{e.cause} (in {path})") from None
+    values.update(overrides)
+    check_consistent(values, where)
+    return ModelSpec(**values)
+
+
+def _config_path(value, where: str, base_dir: Path | None) -> Path:
+    """A ``config:`` entry as a path: ``~`` expanded, relative ones under ``base_dir`` (the
+    scenario file's folder) or, without one, the current directory."""
+    if not isinstance(value, (str, Path)) or not str(value).strip():
+        raise SimbatchError(where, f"expected the path of a config.json, got {value!r}")
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else (Path(base_dir) if base_dir is not None else Path.cwd()) / path
+
+
+def _name_from_path(path: Path) -> str:
+    """The default name of a model read from ``path``: the folder a ``config.json`` sits in
+    (``.../Llama-3.1-8B/config.json`` -> ``llama-3.1-8b``, how Hugging Face snapshots and
+    ``save_pretrained`` lay it out), else the file's own stem (``configs/yi-34b.json``)."""
+    stem = path.parent.name if path.name == "config.json" else path.stem
+    return stem.lower() or "hf-model"
 
 
 def check_consistent(v: dict, where: str) -> None:

@@ -341,8 +341,8 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
     seed = data.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise SimbatchError(f"{source}: seed", f"expected a non-negative integer, got {seed!r}")
-    model = apply_quantization(get_model(data["model"], f"{source}: model"), data.get("quantization"),
-                               f"{source}: quantization")
+    model = get_model(data["model"], f"{source}: model", base_dir=base_dir)  # config: paths are relative
+    model = apply_quantization(model, data.get("quantization"), f"{source}: quantization")
     gpu = get_gpu(data["hardware"], f"{source}: hardware")
     # checked against the policy it will drive
     slo = parse_params(SLOParams, data.get("slo"), f"{source}: slo")

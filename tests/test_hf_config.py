@@ -1,0 +1,264 @@
+"""Models from their Hugging Face config.json (simbatch/hf_config.py; spec_from_hf and get_model's
+config: / hf_config: entries in simbatch/models.py).
+
+The shipped configs (simbatch/data/hf_configs, sources in its README) are read and
+compared with the presets written out in simbatch/models.py; parameter counts are
+checked against the totals the model makers publish, which neither the files nor
+the code supplied.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from simbatch.errors import SimbatchError
+from simbatch.hf_config import read_hf_config
+from simbatch.models import MODEL_PRESETS, get_model, spec_from_hf
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "simbatch" / "data" / "hf_configs"
+SHIPPED = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen2.5-7b", "qwen2.5-72b", "mixtral-8x7b",
+           "deepseek-v3", "yi-34b", "opt-66b", "qwen3-30b-a3b", "gemma-2-9b"]
+
+# Meta-Llama-3.1-8B's config.json as published (shape fields and the rest), for the inline tests.
+LLAMA_8B = json.loads((CONFIGS / "llama-3.1-8b.json").read_text())
+
+# deepseek-ai/DeepSeek-V2-Lite's shape fields (its config.json; copy in inference-sim/inference-sim,
+# model_configs/deepseek-v2-lite/config.json): MLA without query compression (q_lora_rank null).
+DEEPSEEK_V2_LITE = {
+    "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "first_k_dense_replace": 1,
+    "hidden_size": 2048, "intermediate_size": 10944, "kv_lora_rank": 512, "max_position_embeddings": 163840,
+    "moe_intermediate_size": 1408, "moe_layer_freq": 1, "n_routed_experts": 64, "n_shared_experts": 2,
+    "num_attention_heads": 16, "num_experts_per_tok": 6, "num_hidden_layers": 27, "num_key_value_heads": 16,
+    "q_lora_rank": None, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16", "v_head_dim": 128, "vocab_size": 102400,
+}
+
+
+def read(name: str) -> dict:
+    return read_hf_config(CONFIGS / f"{name}.json", "test")
+
+
+def test_every_shipped_config_has_its_preset():
+    assert sorted(p.stem for p in CONFIGS.glob("*.json")) == sorted(SHIPPED)
+    assert set(SHIPPED) <= set(MODEL_PRESETS)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_config_reads_as_its_preset(name):
+    # The presets are written out by hand (import reads no file); the reader must agree exactly.
+    assert spec_from_hf(read(name), name, "model") == MODEL_PRESETS[name]
+    assert get_model({"config": f"{name}.json"}, base_dir=CONFIGS) == MODEL_PRESETS[name]
+
+
+def test_yi_34b_preset_is_the_shipped_config():
+    # The yi-34b preset predates the reader; its figures must be what 01-ai's file says.
+    spec = spec_from_hf(read("yi-34b"), "yi-34b", "model")
+    assert spec == MODEL_PRESETS["yi-34b"] == get_model("yi-34b")
+    assert (spec.num_layers, spec.hidden_size, spec.num_kv_heads, spec.max_context) == (60, 7168, 8, 4096)
+
+
+# Published totals: Meta's model card (405B), Mistral's Mixtral announcement (46.7B total, 12.9B per
+# token), Qwen3-30B-A3B's model card (30.5B total, 29.9B without embeddings, 3.3B activated).
+@pytest.mark.parametrize("name,total,active", [
+    ("llama-3.1-405b", 405e9, 405e9),
+    ("mixtral-8x7b", 46.7e9, 12.9e9),
+])
+def test_parameter_counts_match_published_totals(name, total, active):
+    spec = get_model(name)
+    assert spec.num_params == pytest.approx(total, rel=0.01)
+    assert spec.active_params == pytest.approx(active, rel=0.01)
+
+
+def test_qwen3_30b_a3b_counts():
+    spec = get_model("qwen3-30b-a3b")
+    assert spec.num_params == pytest.approx(30.5e9, rel=0.01)
+    embeddings = 2 * spec.vocab_size * spec.hidden_size  # untied input and output tables
+    assert spec.num_params - embeddings == pytest.approx(29.9e9, rel=0.01)
+    # "3.3B activated" is given to two figures (the count is 3.35B): 2% covers the rounding.
+    assert spec.active_params == pytest.approx(3.3e9, rel=0.02)
+
+
+def test_deepseek_v3_counts():
+    spec = get_model("deepseek-v3")
+    # DeepSeek's README: 671B of main-model weights (the 14B multi-token-prediction module aside).
+    assert spec.num_params == pytest.approx(671e9, rel=0.01)
+    # "37B activated" is rounded to the billion; simbatch's 37.55B also counts the whole input
+    # embedding table (0.93B, of which a token reads one row): 2% covers both.
+    assert spec.active_params == pytest.approx(37e9, rel=0.02)
+    assert spec.weight_quant == "fp8"  # from quantization_config
+    assert spec.kv_bytes_per_token == 61 * (512 + 64) * 2  # the MLA latent, not 128 heads of K and V
+
+
+def test_deepseek_v2_lite_without_query_compression():
+    spec = spec_from_hf(DEEPSEEK_V2_LITE, "deepseek-v2-lite", "model")
+    assert spec.q_lora_rank == 0 and spec.head_dim == 192
+    assert spec.shared_expert_intermediate_size == 2 * 1408 and spec.num_dense_layers == 1
+    # Queries projected straight from the hidden state: hidden x heads x head_dim, no low-rank pair.
+    with_compression = spec_from_hf({**DEEPSEEK_V2_LITE, "q_lora_rank": 1536}, "x", "model")
+    assert spec.attention_params() < with_compression.attention_params()
+    assert spec.num_params == pytest.approx(15.7e9, rel=0.01)  # DeepSeek-V2-Lite's model card
+
+
+def test_inline_config_equals_the_file(tmp_path):
+    folder = tmp_path / "Meta-Llama-3.1-8B"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA_8B))
+    from_file = get_model({"config": "Meta-Llama-3.1-8B/config.json", "name": "llama"}, base_dir=tmp_path)
+    inline = get_model({"hf_config": LLAMA_8B, "name": "llama"})
+    assert from_file == inline
+    assert (inline.num_kv_heads, inline.head_dim, inline.max_context) == (8, 128, 131072)
+    # Default names: the folder of a config.json, lower-cased; "hf-model" inline.
+    assert get_model({"config": str(folder / "config.json")}).name == "meta-llama-3.1-8b"
+    assert get_model({"hf_config": LLAMA_8B}).name == "hf-model"
+
+
+def test_relative_config_path_without_base_dir_is_the_current_directory(tmp_path, monkeypatch):
+    (tmp_path / "my-model.json").write_text(json.dumps(LLAMA_8B))
+    monkeypatch.chdir(tmp_path)
+    assert get_model({"config": "my-model.json"}).name == "my-model"
+
+
+def test_overrides_apply_and_are_checked():
+    spec = get_model({"hf_config": LLAMA_8B, "max_context": 8192, "kv_quant": "fp8"})
+    assert spec.max_context == 8192 and spec.kv_quant == "fp8" and spec.hidden_size == 4096
+    with pytest.raises(SimbatchError, match=r"^model\.max_context: must be a positive integer"):
+        get_model({"hf_config": LLAMA_8B, "max_context": 0})
+    with pytest.raises(SimbatchError, match=r"^model\.num_kv_heads: must divide num_heads"):
+        get_model({"hf_config": LLAMA_8B, "num_kv_heads": 5})
+    with pytest.raises(SimbatchError, match=r"^model\.base: unknown field"):
+        get_model({"hf_config": LLAMA_8B, "base": "llama-3-8b"})
+
+
+def test_config_and_hf_config_together_is_an_error():
+    with pytest.raises(SimbatchError, match=r"^model: give config .* or hf_config .*not both"):
+        get_model({"config": "x/config.json", "hf_config": LLAMA_8B})
+
+
+def test_unknown_architecture_names_the_field():
+    bad = {**LLAMA_8B, "architectures": ["MambaForCausalLM"]}
+    with pytest.raises(SimbatchError, match=r"^model\.hf_config\.architectures: 'MambaForCausalLM' is not "
+                                            r"read; known: LlamaForCausalLM"):
+        get_model({"hf_config": bad})
+    no_arch = {k: v for k, v in LLAMA_8B.items() if k not in ("architectures", "model_type")}
+    with pytest.raises(SimbatchError, match=r"^model\.hf_config\.architectures: missing"):
+        get_model({"hf_config": no_arch})
+
+
+def test_family_from_model_type_without_architectures():
+    # EasyDeL's copy of opt-66b has no architectures key: model_type picks the family.
+    assert "architectures" not in read("opt-66b")
+    assert spec_from_hf({**LLAMA_8B, "architectures": None}, "x", "m") == spec_from_hf(LLAMA_8B, "x", "m")
+
+
+def test_missing_field_names_it_and_the_family(tmp_path):
+    config = {k: v for k, v in LLAMA_8B.items() if k != "hidden_size"}
+    with pytest.raises(SimbatchError) as info:
+        get_model({"hf_config": config})
+    assert str(info.value) == "model.hf_config.hidden_size: missing; needed for LlamaForCausalLM"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(SimbatchError, match=r"^scenario\.model\.config\.hidden_size: missing; needed for "
+                                            r"LlamaForCausalLM \(in .*config\.json\)$"):
+        get_model({"config": str(path)}, "scenario.model")
+
+
+@pytest.mark.parametrize("field,value,fragment", [
+    ("hidden_size", "4096", "expected a positive integer, got '4096'"),
+    ("num_hidden_layers", True, "expected a positive integer, got True"),
+    ("num_attention_heads", 0, "expected a positive integer, got 0"),
+    ("tie_word_embeddings", "no", "expected true or false"),
+    ("torch_dtype", "int8", "'int8' is not read"),
+    ("architectures", "LlamaForCausalLM", "expected a list of class names"),
+])
+def test_wrong_types_name_the_field(field, value, fragment):
+    with pytest.raises(SimbatchError, match=rf"^model\.hf_config\.{field}: .*{fragment}"):
+        get_model({"hf_config": {**LLAMA_8B, field: value}})
+
+
+def test_head_dim_and_defaults():
+    gemma = read("gemma-2-9b")
+    assert "tie_word_embeddings" not in gemma  # Gemma's default: tied
+    spec = spec_from_hf(gemma, "g", "m")
+    assert spec.head_dim == 256 != spec.hidden_size // spec.num_heads and spec.tied_embeddings
+    no_kv = {k: v for k, v in LLAMA_8B.items() if k != "num_key_value_heads"}
+    assert spec_from_hf(no_kv, "x", "m").num_kv_heads == 32  # defaults to the attention heads
+    assert spec_from_hf({**LLAMA_8B, "torch_dtype": "float32"}, "x", "m").dtype_bytes == 4
+    opt = spec_from_hf(read("opt-66b"), "o", "m")
+    assert not opt.gated_mlp and opt.tied_embeddings and opt.intermediate_size == 36864
+
+
+def test_qwen_moe_layouts_outside_the_model_are_refused():
+    qwen = read("qwen3-30b-a3b")
+    with pytest.raises(SimbatchError, match=r"^m\.decoder_sparse_step: only 1"):
+        spec_from_hf({**qwen, "decoder_sparse_step": 2}, "q", "m")
+    with pytest.raises(SimbatchError, match=r"^m\.mlp_only_layers: only an empty list"):
+        spec_from_hf({**qwen, "mlp_only_layers": [0, 1]}, "q", "m")
+    qwen2 = {**qwen, "architectures": ["Qwen2MoeForCausalLM"], "shared_expert_intermediate_size": 5632}
+    assert spec_from_hf(qwen2, "q", "m").shared_expert_intermediate_size == 5632
+    with pytest.raises(SimbatchError, match=r"^m\.shared_expert_intermediate_size: missing; needed for "
+                                            r"Qwen2MoeForCausalLM"):
+        spec_from_hf({**qwen, "architectures": ["Qwen2MoeForCausalLM"]}, "q", "m")
+
+
+def test_quantization_config():
+    gptq = {**LLAMA_8B, "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128}}
+    assert spec_from_hf(gptq, "x", "m").weight_quant == "int4"
+    bnb = {**LLAMA_8B, "quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}}
+    with pytest.raises(SimbatchError, match=r"^model\.hf_config\.quantization_config\.quant_method: "
+                                            r"'bitsandbytes' is not read; give the format in the scenario"):
+        get_model({"hf_config": bnb})
+    # A format given in the scenario wins, and the checkpoint's is not read.
+    assert get_model({"hf_config": bnb, "weight_quant": "int4"}).weight_quant == "int4"
+    assert get_model({"config": "deepseek-v3.json", "weight_quant": "none"},
+                     base_dir=CONFIGS).weight_quant == "none"
+
+
+def test_opt_embedding_projection_is_refused():
+    with pytest.raises(SimbatchError, match=r"^m\.word_embed_proj_dim: 512 differs from hidden_size"):
+        spec_from_hf({**read("opt-66b"), "word_embed_proj_dim": 512}, "o", "m")
+
+
+def test_invalid_json_names_the_file_and_line(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{\n  "hidden_size": 4096,\n  "num_hidden_layers": 32,,\n}\n')
+    with pytest.raises(SimbatchError) as info:
+        get_model({"config": str(path)})
+    message = str(info.value)
+    assert message.startswith("model.config: ") and str(path) in message and "line 3" in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("content,fragment", [
+    (b"\xff\xfe{}", "is not UTF-8"),
+    (b"[1, 2]", "holds a JSON list, expected an object"),
+])
+def test_unreadable_configs_are_one_line_errors(tmp_path, content, fragment):
+    path = tmp_path / "config.json"
+    path.write_bytes(content)
+    with pytest.raises(SimbatchError, match=fragment) as info:
+        read_hf_config(path, "model.config")
+    assert str(path) in str(info.value)
+    with pytest.raises(SimbatchError, match=r"^model\.config: cannot read .*nope\.json"):
+        get_model({"config": "nope.json"}, base_dir=tmp_path)
+
+
+def test_importing_simbatch_does_not_read_configs():
+    code = "import sys, simbatch, simbatch.models; print('simbatch.hf_config' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_the_configs_are_package_data():
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    patterns = data["simbatch"]
+    for path in CONFIGS.iterdir():
+        relative = path.relative_to(ROOT / "simbatch").as_posix()
+        assert any(fnmatch.fnmatch(relative, p) for p in patterns), relative
