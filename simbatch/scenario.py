@@ -88,6 +88,7 @@ class ClusterParams:
     pipeline_parallel: int = 1
     micro_batches: int = 0
     pipeline_schedule: str = "overlap"
+    pipeline_link: str = ""  # a simbatch.links preset between stages ("": the GPU's own link)
 
     def __post_init__(self):
         require(self.replicas >= 1, "replicas", "must be >= 1")
@@ -121,7 +122,7 @@ def parse_cluster(values, where: str) -> ClusterParams:
     values = dict(values or {})
     if "groups" in values:  # filled from a replicas list, never written by hand
         raise SimbatchError(f"{where}.groups", "unknown field; allowed: replicas, tensor_parallel, router, routers, "
-                                               "pipeline_parallel, micro_batches, pipeline_schedule")
+                                               "pipeline_parallel, micro_batches, pipeline_schedule, pipeline_link")
     spec = values.get("replicas")
     if not isinstance(spec, list):
         return parse_params(ClusterParams, values, where)

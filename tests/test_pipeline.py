@@ -96,3 +96,23 @@ def test_profile_cost_models_refuse_pipelines():
         build_cost_model({"kind": "profile"}, "llama-2-7b", "a100-80gb", 1, pipeline=(2, 0, "overlap"))
     assert build_cost_model(None, "llama-2-7b", "a100-80gb", 1, pipeline=(2, 0, "overlap")).describe()[
         "pipeline_parallel"] == 2
+
+
+def test_a_slower_link_between_stages_slows_prefill_and_is_reported():
+    from simbatch.links import get_link
+
+    work = StepWork((8192, 1, NO_ATTN, AttnWork((8192 * 8193 // 2, 8192, 8192))))
+    model, gpu = get_model("llama-3-70b"), get_gpu("h100-sxm")
+    nvlink = PipelineCostModel(model, gpu, 4, 2, 2, "overlap")
+    ib = PipelineCostModel(model, gpu, 4, 2, 2, "overlap", link=get_link("infiniband-hdr"))
+    # 4096 tokens x 2 x 8192 x 2 bytes / 4 GPUs per micro-batch over 25 GB/s: about 0.67 ms more.
+    extra = 4096 * 2 * 8192 * 2 / 4 / 25e9
+    assert ib.stage_seconds(work)[0] - nvlink.stage_seconds(work)[0] == pytest.approx(
+        extra - 4096 * 2 * 8192 * 2 / 4 / (450e9 * 0.65) + 5e-6 - 20e-6, rel=1e-6)
+    assert ib.describe()["pipeline_link"]["name"] == "infiniband-hdr"
+    summary = run(_scenario("cluster.tensor_parallel=2", "cluster.pipeline_parallel=2",
+                            "cluster.pipeline_link=infiniband-ndr")).summary
+    assert summary["cost_model"]["pipeline_link"]["bandwidth_GB_s"] == 50
+    with pytest.raises(SimbatchError, match="unknown link 'carrier-pigeon'"):
+        run(_scenario("cluster.tensor_parallel=2", "cluster.pipeline_parallel=2",
+                      "cluster.pipeline_link=carrier-pigeon"))

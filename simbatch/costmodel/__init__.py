@@ -39,7 +39,7 @@ def build_cost_model(spec: dict | str | None, model: ModelSpec | str | dict,
                      gpu: GPUSpec | str | dict, tensor_parallel: int = 1,
                      where: str = "cost_model", base_dir: str | Path | None = None,
                      overhead: dict | None = None, engine_where: str = "engine",
-                     pipeline: tuple[int, int, str] = (1, 0, "overlap")) -> CostModel:
+                     pipeline: tuple = (1, 0, "overlap", None)) -> CostModel:
     """A cost model from its spec: ``{kind: roofline | profile, ...}``.
 
     ``spec`` may also be just the kind's name, or None / a dict without
@@ -48,8 +48,9 @@ def build_cost_model(spec: dict | str | None, model: ModelSpec | str | dict,
     engine's step-overhead parameters (:meth:`simbatch.engines.EngineParams.
     overhead_params`), which then replace the cost model's own; setting them in
     both places is an error naming ``engine_where``. Errors name ``where`` and
-    the field. ``pipeline``: (stages, micro-batches, schedule) of a pipeline-parallel replica
-    (:mod:`simbatch.costmodel.pipeline`; roofline only).
+    the field. ``pipeline``: (stages, micro-batches, schedule, link between stages or None for
+    the GPU's own) of a pipeline-parallel replica (:mod:`simbatch.costmodel.pipeline`;
+    roofline only).
     """
     if spec is None:
         spec = {}

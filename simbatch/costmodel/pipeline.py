@@ -49,7 +49,7 @@ class PipelineCostModel(PricedByWork):
     name = "roofline"
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int, stages: int,
-                 micro_batches: int = 0, schedule: str = "overlap", **params: float):
+                 micro_batches: int = 0, schedule: str = "overlap", link=None, **params: float):
         if schedule not in SCHEDULES:
             raise SimbatchError("cluster.pipeline_schedule", f"unknown schedule {schedule!r}; "
                                                              f"allowed: {', '.join(SCHEDULES)}")
@@ -64,10 +64,16 @@ class PipelineCostModel(PricedByWork):
         self.layers = stage_layers(model.num_layers, stages)
         self._stage = [RooflineCostModel(replace(model, name=f"{model.name}-stage{s}", num_layers=n), gpu,
                                          tensor_parallel, **kernels_only) for s, n in enumerate(self.layers)]
-        # Activations handed to the next stage: hidden states (and the residual) per token.
-        link = gpu.link_bandwidth * self.whole.params["allreduce_eff"]
-        self._send_tok = 2 * model.hidden_size * model.dtype_bytes / tensor_parallel / link
-        self._send_fixed = gpu.link_latency_s
+        # Activations handed to the next stage: hidden states and the residual per token, each
+        # GPU of the stage sending its 1/tp slice to its peer over its own link (``link``: a
+        # simbatch.links.Link, e.g. InfiniBand between nodes; None: the GPU's own).
+        per_tok = 2 * model.hidden_size * model.dtype_bytes / tensor_parallel
+        if link is None:
+            self._send_tok = per_tok / (gpu.link_bandwidth * self.whole.params["allreduce_eff"])
+            self._send_fixed = gpu.link_latency_s
+        else:
+            self._send_tok, self._send_fixed = per_tok / link.bandwidth, link.latency_s
+        self.link = link
 
     @property
     def params(self) -> dict:
@@ -75,7 +81,8 @@ class PipelineCostModel(PricedByWork):
 
     def describe(self) -> dict:
         return {**self.whole.describe(), "pipeline_parallel": self.stages, "micro_batches": self.micro_batches,
-                "pipeline_schedule": self.schedule, "stage_layers": self.layers}
+                "pipeline_schedule": self.schedule, "stage_layers": self.layers,
+                "pipeline_link": self.link.describe() if self.link is not None else "gpu"}
 
     def stage_seconds(self, work: StepWork) -> list[float]:
         """Seconds each stage takes for one micro-batch of ``work`` (activations sent included)."""

@@ -15,6 +15,7 @@ from simbatch.errors import SimbatchError
 from simbatch.eventlog import EventLog
 from simbatch.hardware import GPUSpec, get_gpu
 from simbatch.kvcache import kv_capacity_blocks, reserved_tokens
+from simbatch.links import get_link
 from simbatch.models import ModelSpec
 from simbatch.scenario import Scenario
 from simbatch.sequence import FINISHED, Sequence
@@ -185,7 +186,9 @@ def replica_backend(scenario: Scenario, model: ModelSpec, own, field) -> tuple[G
         _check_pipeline(scenario, model)
     backend = build_cost_model(spec, model, gpu, tp, scenario.where(field("cost_model")), base_dir=scenario.base_dir,
                                overhead=scenario.engine.overhead_params(), engine_where=scenario.where("engine"),
-                               pipeline=(c.pipeline_parallel, c.micro_batches, c.pipeline_schedule))
+                               pipeline=(c.pipeline_parallel, c.micro_batches, c.pipeline_schedule,
+                                         get_link(c.pipeline_link, scenario.where("cluster.pipeline_link"))
+                                         if c.pipeline_link else None))
     return gpu, tp, backend
 
 
