@@ -1,11 +1,18 @@
 """Accelerators: the handful of datasheet figures a roofline cost model needs.
 
-Figures come from the vendor datasheets (see ``shared/reference/README.md``).
-Units are SI and decimal for rates (bytes/s, FLOP/s), as datasheets quote
-them. Memory is binary: an "80GB" card gets 80 GiB, because that is what the
+Figures come from the vendor datasheets; ``docs/hardware.md`` gives every
+preset's figures with its source, how each was converted and which are not
+verified (see also ``shared/reference/README.md``). Units are SI and decimal
+for rates (bytes/s, FLOP/s), as datasheets quote them. Rates are DENSE: NVIDIA
+datasheets footnote many tensor figures "with sparsity" (2:4 structured), and
+those are halved here; rack or baseboard totals are divided by the GPU count.
+
+Memory is binary: an "80GB" card gets 80 GiB, because that is what the
 driver reports for it (``nvidia-smi`` shows 81920 MiB on an A100 80GB) and what
 KV-cache sizing in vLLM works from. The H200's "141 GB" becomes 141 GiB under
-the same rule, about 0.5% more than the ~140.4 GiB its driver reports.
+the same rule, about 0.5% more than the ~140.4 GiB its driver reports (B200,
+GB200 and H100 NVL are over by about as much; GDDR6 cards with ECC on, such as
+L4, A10, A40 and L40S, report about 6% less than the rule gives).
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ _PCIE_LATENCY = 30e-6
 GPU_PRESETS: dict[str, GPUSpec] = {
     g.name: g
     for g in (
+        # name, memory, memory bandwidth, dense BF16, link per direction, latency, dense FP8, dense INT8
         GPUSpec("a100-40gb", 40 * GiB, 1555 * GB, 312 * TFLOPS, 300 * GB, _NVLINK_LATENCY, 0.0, 624 * TFLOPS),
         GPUSpec("a100-80gb", 80 * GiB, 2039 * GB, 312 * TFLOPS, 300 * GB, _NVLINK_LATENCY, 0.0, 624 * TFLOPS),
         # The PCIe card (HBM2e at 1,935 GB/s, 300 W) pairs over a 600 GB/s (both
@@ -67,6 +75,41 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         GPUSpec("l4", 24 * GiB, 300 * GB, 121 * TFLOPS, 32 * GB, _PCIE_LATENCY, 242.5 * TFLOPS, 242.5 * TFLOPS),
         # A40 pairs over a 112.5 GB/s (both directions) NVLink bridge.
         GPUSpec("a40", 48 * GiB, 696 * GB, 150 * TFLOPS, 56 * GB, _NVLINK_LATENCY, 0.0, 299.3 * TFLOPS),
+        # B200 in an HGX B200 baseboard, per GPU (NVIDIA's HGX table: 180 GB,
+        # 7.7 TB/s; 4.5 PFLOPS BF16 and 9 PFLOPS FP8/INT8 with sparsity, halved).
+        # NVLink 5: 1.8 TB/s both directions through NVSwitch.
+        GPUSpec("b200", 180 * GiB, 7700 * GB, 2250 * TFLOPS, 900 * GB, _NVLINK_LATENCY, 4500 * TFLOPS, 4500 * TFLOPS),
+        # B200 in a GB200 NVL72 rack, per GPU: the rack totals / 72 (13.4 TB,
+        # 576 TB/s; 360 PFLOPS BF16 and 720 PFLOPS FP8/INT8 with sparsity, halved;
+        # 130 TB/s NVLink = 1.8 TB/s both directions per GPU).
+        GPUSpec("gb200", 186 * GiB, 8000 * GB, 2500 * TFLOPS, 900 * GB, _NVLINK_LATENCY, 5000 * TFLOPS, 5000 * TFLOPS),
+        # AMD figures are dense already (ROCm's MI300 table; sparsity figures are
+        # separate). Infinity Fabric: 7 links of 128 GB/s (both directions) to the
+        # 7 peers of a fully connected 8-GPU board; 7 x 64 = 448 GB/s per
+        # direction is what an 8-way all-reduce can drive, the analogue of NVLink's
+        # per-GPU figure (a TP2 pair has one link: 64 GB/s; override for that).
+        # No measured xGMI collective latency here: NVLink's value is used.
+        GPUSpec("mi300x", 192 * GiB, 5300 * GB, 1307.4 * TFLOPS, 448 * GB, _NVLINK_LATENCY, 2614.9 * TFLOPS, 2614.9 * TFLOPS),
+        # Same CDNA 3 compute as MI300X, HBM3E: 256 GB at 6 TB/s.
+        GPUSpec("mi325x", 256 * GiB, 6000 * GB, 1307.4 * TFLOPS, 448 * GB, _NVLINK_LATENCY, 2614.9 * TFLOPS, 2614.9 * TFLOPS),
+        # L40S: no NVLink, PCIe Gen4 x16 (64 GB/s both directions). Datasheet
+        # 733 / 1,466 TFLOPS with sparsity for BF16 / FP8 and INT8, halved.
+        GPUSpec("l40s", 48 * GiB, 864 * GB, 362.05 * TFLOPS, 32 * GB, _PCIE_LATENCY, 733 * TFLOPS, 733 * TFLOPS),
+        # H20 (Hopper, export variant): no public NVIDIA datasheet; 96 GB HBM3,
+        # 4.0 TB/s, 148 / 296 / 296 TFLOPS dense, NVLink 900 GB/s both directions.
+        GPUSpec("h20", 96 * GiB, 4000 * GB, 148 * TFLOPS, 450 * GB, _NVLINK_LATENCY, 296 * TFLOPS, 296 * TFLOPS),
+        # H100 NVL (PCIe card, per GPU): 1,671 / 3,341 TFLOPS with sparsity,
+        # halved; pairs over a 600 GB/s (both directions) NVLink bridge.
+        GPUSpec("h100-nvl", 94 * GiB, 3900 * GB, 835.5 * TFLOPS, 300 * GB, _NVLINK_LATENCY, 1670.5 * TFLOPS, 1670.5 * TFLOPS),
+        # GeForce RTX 4090 (Ada whitepaper): BF16 and FP8 at the FP32-accumulate
+        # rate, which GeForce halves (165.2 and 330.3; FP16-accumulate is twice
+        # that). PCIe Gen4 x16, and no peer-to-peer: all-reduce goes via the host.
+        GPUSpec("rtx-4090", 24 * GiB, 1008 * GB, 165.2 * TFLOPS, 32 * GB, _PCIE_LATENCY, 330.3 * TFLOPS, 660.6 * TFLOPS),
+        # A10: PCIe Gen4 x16; 250 / 500 with sparsity, halved; no FP8.
+        GPUSpec("a10", 24 * GiB, 600 * GB, 125 * TFLOPS, 32 * GB, _PCIE_LATENCY, 0.0, 250 * TFLOPS),
+        # A10G (AWS G5 only): A10's memory, about 70 TFLOPS dense FP16/BF16 tensor
+        # (tensor rate not in an NVIDIA datasheet; see docs/hardware.md).
+        GPUSpec("a10g", 24 * GiB, 600 * GB, 70 * TFLOPS, 32 * GB, _PCIE_LATENCY, 0.0, 140 * TFLOPS),
     )
 }
 
