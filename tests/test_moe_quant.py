@@ -114,8 +114,8 @@ def test_int4_weights_take_a_quarter_plus_their_group_scales():
 
 def test_fp8_kv_cache_doubles_the_kv_capacity():
     data = {"workload": {"synthetic": {"num_requests": 5, "arrival": {"kind": "poisson", "rate": 1.0},
-                                       "prompt": {"kind": "fixed", "value": 100},
-                                       "output": {"kind": "fixed", "value": 10}}},
+                                       "prompt": {"kind": "constant", "value": 100},
+                                       "output": {"kind": "constant", "value": 10}}},
             "model": "llama-3-8b", "hardware": "h100-sxm", "policy": {"kind": "continuous"}}
     from simbatch.engine.setup import kv_blocks_per_replica
 
@@ -134,8 +134,8 @@ def test_fp8_kv_cache_doubles_the_kv_capacity():
 ])
 def test_bad_quantization_sections_name_the_field(spec, field, text):
     data = {"workload": {"synthetic": {"num_requests": 5, "arrival": {"kind": "poisson", "rate": 1.0},
-                                       "prompt": {"kind": "fixed", "value": 100},
-                                       "output": {"kind": "fixed", "value": 10}}},
+                                       "prompt": {"kind": "constant", "value": 100},
+                                       "output": {"kind": "constant", "value": 10}}},
             "model": "llama-3-8b", "hardware": "h100-sxm", "policy": {"kind": "continuous"},
             "quantization": spec}
     with pytest.raises(SimbatchError) as err:
@@ -182,3 +182,17 @@ def test_dense_models_are_priced_as_the_plain_formulas_say():
     assert m.num_params / 1e9 == pytest.approx(6.74, rel=0.005)
     assert m.active_params == m.num_params and not m.is_moe and m.is_dense_standard
     assert m.kv_bytes_per_token_per_gpu(2) == m.kv_bytes_per_token / 2
+
+
+def test_mfu_of_an_fp8_model_is_relative_to_the_fp8_peak():
+    from simbatch.engine.simulation import simulate
+
+    data = {"workload": {"synthetic": {"num_requests": 20, "arrival": {"kind": "poisson", "rate": 50.0},
+                                       "prompt": {"kind": "constant", "value": 2000},
+                                       "output": {"kind": "constant", "value": 4}}},
+            "model": "llama-3-8b", "hardware": "h100-sxm", "policy": {"kind": "continuous"},
+            "cost_model": {"kind": "roofline"}}
+    fp8 = simulate(from_dict({**data, "quantization": {"weights": "fp8"}}))
+    a100 = simulate(from_dict({**data, "hardware": "a100-80gb", "quantization": {"weights": "fp8"}}))
+    assert fp8.peak_flops == 1979e12  # the H100's dense FP8 rate
+    assert a100.peak_flops == 312e12  # no FP8 tensor cores: weights dequantised to 16 bits

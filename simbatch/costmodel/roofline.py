@@ -213,7 +213,7 @@ class RooflineCostModel(PricedByWork):
         self._lin_weight_bytes = float(params * m.weight_bytes_per_param)
         # Activations each GEMM reads and writes, per token (see _activation_elements).
         self._lin_act_tok = float(dt * _activation_elements(m, tp))
-        self._lin_inv_flops = 1.0 / (_linear_rate(m, g) * p["compute_eff"])
+        self._lin_inv_flops = 1.0 / (linear_rate(m, g) * p["compute_eff"])
         self._inv_bw = 1.0 / (g.hbm_bandwidth * p["bw_eff"])
         self._tile = int(p["gemm_tile_tokens"])
         if _dequantises(m, g):  # weight-only kernels (Marlin) tile tokens by 16, built for small batches
@@ -408,10 +408,10 @@ MARLIN_TILE_TOKENS = 16
 def _dequantises(model: ModelSpec, gpu: GPUSpec) -> bool:
     """True when the linear layers' weights are quantised but computed at the 16-bit rate
     (int4, or fp8 / int8 on a GPU without those tensor cores): weight-only kernels."""
-    return model.weight_quant != "none" and _linear_rate(model, gpu) == gpu.peak_flops
+    return model.weight_quant != "none" and linear_rate(model, gpu) == gpu.peak_flops
 
 
-def _linear_rate(model: ModelSpec, gpu: GPUSpec) -> float:
+def linear_rate(model: ModelSpec, gpu: GPUSpec) -> float:
     """Peak FLOP/s of the linear layers: FP8 or INT8 tensor cores for weights in that format
     where the GPU has them (activations quantised on the fly: W8A8), else the 16-bit rate
     (int4, and FP8 on GPUs without FP8, dequantise the weights inside the GEMM: W4A16 / W8A16)."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from simbatch.costmodel import build_cost_model
 from simbatch.costmodel.pipeline import stage_layers
-from simbatch.costmodel.roofline import check_tensor_parallel
+from simbatch.costmodel.roofline import check_tensor_parallel, linear_rate
 from simbatch.engine.replica import Replica
 from simbatch.errors import SimbatchError
 from simbatch.eventlog import EventLog
@@ -78,20 +78,26 @@ class RunResult:
         """Per replica: index, group, hardware, TP degree, policy kind, KV blocks."""
         return [{"index": r, **g.describe()} for r, g in enumerate(self.group_of_replica)]
 
-    def _per_replica(self, attr: str):
-        """A GPU figure: one number for a single-GPU-kind cluster, else one per replica."""
-        values = [getattr(g.gpu, attr) for g in self.group_of_replica]
+    def _per_replica(self, figure):
+        """A GPU figure (``figure(gpu)``): one number for a single-GPU-kind cluster, else one
+        per replica."""
+        values = [figure(g.gpu) for g in self.group_of_replica]
         return values[0] if len(set(values)) <= 1 else values
 
     @property
     def peak_flops(self):
-        """Peak FLOP/s per GPU (a list, per replica, when the GPUs differ)."""
-        return self._per_replica("peak_flops") if self.groups else self.gpu.peak_flops
+        """Peak FLOP/s per GPU (a list, per replica, when the GPUs differ): the rate the linear
+        layers run at, FP8 or INT8 for weights quantised to a format the GPU computes in
+        (MFU is then relative to that peak, as FP8 training and serving reports state it)."""
+        def peak(gpu):
+            return linear_rate(self.model, gpu)
+
+        return self._per_replica(peak) if self.groups else peak(self.gpu)
 
     @property
     def peak_bandwidth(self):
         """Peak HBM bytes/s per GPU (a list, per replica, when the GPUs differ)."""
-        return self._per_replica("hbm_bandwidth") if self.groups else self.gpu.hbm_bandwidth
+        return self._per_replica(lambda gpu: gpu.hbm_bandwidth) if self.groups else self.gpu.hbm_bandwidth
 
 
 def kv_blocks_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
