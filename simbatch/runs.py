@@ -79,7 +79,8 @@ def describe_run(result: RunResult) -> dict:
         "model": describe_model(model),
         "hardware": {"name": gpu.name, "replicas": len(result.group_of_replica) or sc.cluster.replicas,
                      "tensor_parallel": sc.cluster.tensor_parallel,
-                     **({"pipeline_parallel": sc.cluster.pipeline_parallel} if sc.cluster.pipeline_parallel > 1 else {}),
+                     **({"pipeline_parallel": sc.cluster.pipeline_parallel}
+                        if sc.cluster.pipeline_parallel > 1 else {}),
                      "gpus": sum(g.count * g.gpus_per_replica for g in result.groups) or None,
                      "kv_blocks_per_replica": result.log.kv_capacity_blocks[0],
                      "kv_block_size": sc.kv_cache.block_size, "kv_mode": sc.kv_cache.mode},

@@ -81,8 +81,9 @@ class TorchBackend:
                  keep_hidden: bool = False):
         self.spec = get_model(model, "model")
         if not self.spec.is_dense_standard:
-            raise SimbatchError("model", f"the torch backend runs dense 16-bit Llama-style models, not {self.spec.name} "
-                                         "(a mixture of experts, latent attention or quantised storage)")
+            raise SimbatchError("model", "the torch backend runs dense 16-bit Llama-style models, not "
+                                         f"{self.spec.name} (a mixture of experts, latent attention or "
+                                         "quantised storage)")
         self.device = resolve_device(device)
         self.dtype_name = dtype or default_dtype(self.device.type)
         self.threads = threads or available_cores()
