@@ -91,10 +91,19 @@ class ModelSpec:
         return self.kv_lora_rank > 0
 
     @property
+    def special_features(self) -> list[str]:
+        """What sets this model apart from a dense, 16-bit model with standard (grouped-query)
+        attention, in words (empty for such a model): what measured profiles and the torch
+        backend do not cover."""
+        return [text for cond, text in (
+            (self.is_moe, "a mixture of experts"), (self.is_mla, "multi-head latent attention"),
+            (self.weight_quant != "none", f"{self.weight_quant} weights"),
+            (self.kv_quant != "none", f"an {self.kv_quant} KV cache")) if cond]
+
+    @property
     def is_dense_standard(self) -> bool:
-        """True for a dense, unquantised model with standard (grouped-query) attention: what
-        measured profiles and the torch backend cover."""
-        return not (self.is_moe or self.is_mla or self.weight_quant != "none" or self.kv_quant != "none")
+        """True for a dense, unquantised model with standard attention (no :attr:`special_features`)."""
+        return not self.special_features
 
     @property
     def num_moe_layers(self) -> int:

@@ -36,11 +36,11 @@ def apply_quantization(model: ModelSpec, spec, where: str = "quantization") -> M
             raise SimbatchError(f"{where}.{key}", f"unknown format {value!r}; allowed: {', '.join(formats)}")
         changes["weight_quant" if key == "weights" else "kv_quant"] = formats[name]
     if model.dtype_bytes != 2 and any(v != "none" for v in changes.values()):
-        raise SimbatchError(where, f"quantises a 16-bit model; {model.name} has {model.dtype_bytes}-byte elements")
+        raise SimbatchError(where, f"applies to 16-bit models; {model.name} has {model.dtype_bytes}-byte elements")
     return replace(model, **changes)
 
 
 def describe(model: ModelSpec) -> dict:
-    """The storage formats of ``model`` for ``summary.json`` (``bf16`` when unquantised)."""
+    """The storage formats of ``model`` for ``summary.json`` (``16-bit`` when unquantised)."""
     return {"weights": model.weight_quant if model.weight_quant != "none" else f"{8 * model.dtype_bytes}-bit",
             "kv_cache": model.kv_quant if model.kv_quant != "none" else f"{8 * model.dtype_bytes}-bit"}

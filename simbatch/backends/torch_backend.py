@@ -80,10 +80,9 @@ class TorchBackend:
                  device: str = "cpu", dtype: str | None = None, seed: int = 0, threads: int | None = None,
                  keep_hidden: bool = False):
         self.spec = get_model(model, "model")
-        if not self.spec.is_dense_standard:
-            raise SimbatchError("model", "the torch backend runs dense 16-bit Llama-style models, not "
-                                         f"{self.spec.name} (a mixture of experts, latent attention or "
-                                         "quantised storage)")
+        if self.spec.special_features:
+            raise SimbatchError("model", f"the torch backend runs dense 16-bit Llama-style models; {self.spec.name} "
+                                         f"has {' and '.join(self.spec.special_features)}")
         self.device = resolve_device(device)
         self.dtype_name = dtype or default_dtype(self.device.type)
         self.threads = threads or available_cores()

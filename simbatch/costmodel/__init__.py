@@ -101,14 +101,6 @@ def _auto_kind(params: dict, model: ModelSpec, gpu: GPUSpec, tp: int, where: str
     return "profile" if shipped_profile(gpu.name, model.name, tp) is not None else "roofline"
 
 
-def unprofiled_features(model: ModelSpec) -> list[str]:
-    """What about ``model`` a measured profile (dense, 16-bit, standard attention) cannot price."""
-    return [text for cond, text in (
-        (model.is_moe, "a mixture of experts"), (model.is_mla, "multi-head latent attention"),
-        (model.weight_quant != "none", f"{model.weight_quant} weights"),
-        (model.kv_quant != "none", f"an {model.kv_quant} KV cache")) if cond]
-
-
 def _build_profile(params: dict, model: ModelSpec, gpu: GPUSpec, tp: int, where: str,
                    base_dir: str | Path | None, overhead: dict | None = None) -> CostModel:
     """A :class:`ProfileCostModel` from ``{path?, gpu?}`` (see the module docstring)."""
@@ -119,9 +111,9 @@ def _build_profile(params: dict, model: ModelSpec, gpu: GPUSpec, tp: int, where:
     for key in params:
         if key not in PROFILE_KEYS:
             raise SimbatchError(f"{where}.{key}", f"unknown profile parameter; allowed: {', '.join(PROFILE_KEYS)}")
-    if unprofiled_features(model):
+    if model.special_features:
         raise SimbatchError(f"{where}.kind", f"a profile measures dense 16-bit models; {model.name} has "
-                                             f"{' and '.join(unprofiled_features(model))}: use kind roofline")
+                                             f"{' and '.join(model.special_features)}: use kind roofline")
     measured_on = get_gpu(params["gpu"], f"{where}.gpu") if "gpu" in params else gpu
     if "path" in params:
         path = _profile_dir(params["path"], base_dir, f"{where}.path")

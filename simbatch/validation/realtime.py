@@ -21,11 +21,9 @@ def check_validatable(scenario: Scenario, workload: Workload, model: ModelSpec) 
     if scenario.is_disaggregated:
         raise SimbatchError(scenario.where("disaggregation"), "validate runs one replica on one device: set "
                                                               "disaggregation.enabled=false")
-    if not model.is_dense_standard:
-        from simbatch.costmodel import unprofiled_features
-
+    if model.special_features:
         raise SimbatchError(scenario.where("model"), f"validate runs dense 16-bit Llama-style models; {model.name} "
-                                                     f"has {' and '.join(unprofiled_features(model))}")
+                                                     f"has {' and '.join(model.special_features)}")
     if scenario.kv_cache.prefix_caching:
         raise SimbatchError(scenario.where("kv_cache.prefix_caching"),
                             "validate cannot run it: the torch backend keeps each request's KV apart and "
