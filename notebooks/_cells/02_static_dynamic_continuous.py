@@ -22,11 +22,12 @@ from matplotlib.animation import FuncAnimation
 from matplotlib.patches import Patch, Rectangle
 
 from simbatch import POLICY_ORDER, compare, load_scenario, run, scenarios_dir
+from simbatch.report.animation import offline_jshtml  # matplotlib's player, its buttons drawn inline
+from simbatch.report.palette import POLICY_COLOURS  # the colours of the CLI's figures and reports too
 
 
 SCEN = scenarios_dir()  # the bundled scenarios/ of this checkout
 ROOT = SCEN.parent
-POLICY_COLORS = {"static": "#D55E00", "dynamic": "#E69F00", "continuous": "#0072B2", "chunked_prefill": "#009E73"}
 pd.set_option("display.precision", 3)
 print(POLICY_ORDER)
 '''),
@@ -222,7 +223,7 @@ def frame(t: float):
 
 
 animation = FuncAnimation(fig, frame, frames=np.linspace(0, t_end, 30), interval=200, blit=True)
-html = animation.to_jshtml(default_mode="once")  # an HTML/JavaScript player: needs no ffmpeg
+html = offline_jshtml(animation, default_mode="once")  # an HTML/JavaScript player: no ffmpeg, no network
 plt.close(fig)
 display(HTML(html))
 '''),
@@ -258,7 +259,7 @@ real_table[["policy", "completed", "request_throughput", "output_throughput", "t
 '''),
 ("code", r'''
 kinds = list(real_table.policy)
-colors = [POLICY_COLORS[k] for k in kinds]
+colors = [POLICY_COLOURS[k] for k in kinds]
 x = np.arange(len(kinds))
 fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
 axes[0].bar(x, real_table.output_throughput, color=colors)
@@ -280,7 +281,7 @@ plt.show()
 fig, ax = plt.subplots(figsize=(8, 4.2))
 for kind, out in real_runs.items():
     e2el = np.sort(out.requests.e2el_ms.dropna().to_numpy() / 1e3)
-    ax.plot(e2el, np.arange(1, len(e2el) + 1) / len(e2el), color=POLICY_COLORS[kind], label=kind)
+    ax.plot(e2el, np.arange(1, len(e2el) + 1) / len(e2el), color=POLICY_COLOURS[kind], label=kind)
 ax.set(xscale="log", xlabel="end-to-end latency (s)", ylabel="fraction of requests", title="E2EL distribution per policy")
 ax.grid(True, which="both", alpha=0.3)
 ax.legend()

@@ -19,11 +19,11 @@ import numpy as np
 import pandas as pd
 
 from simbatch import load_scenario, run, scenarios_dir
+from simbatch.report.palette import POLICY_COLOURS  # the colours of the CLI's figures and reports too
 
 
 SCEN = scenarios_dir()  # the bundled scenarios/ of this checkout
 ROOT = SCEN.parent
-COLORS = {"continuous": "#D55E00", "chunked_prefill": "#009E73"}
 pd.set_option("display.precision", 1)
 '''),
 ("md", r'''
@@ -72,7 +72,7 @@ fig, axes = plt.subplots(1, 2, figsize=(13, 4.3), sharey=True)
 for ax, (kind, out) in zip(axes, stall.items()):
     for i, (t, gap) in token_gaps(out, range(12)).items():
         # a gap belongs to the interval that ends with its token: draw it over that interval
-        ax.step(t, gap, where="pre", color=COLORS[kind], alpha=0.5, linewidth=1,
+        ax.step(t, gap, where="pre", color=POLICY_COLOURS[kind], alpha=0.5, linewidth=1,
                 label="the 12 chat requests" if i == 0 else None)
     doc = out.requests.loc[LONG]
     ax.axvspan(doc.arrival_s, doc.first_token_s, color="grey", alpha=0.2, label="document waiting for its first token")
@@ -128,7 +128,7 @@ def show_stall(chunk_size: int = 256):
     gaps = token_gaps(out, range(12))
     fig, ax = plt.subplots(figsize=(9, 3.2))
     for i, (t, gap) in gaps.items():
-        ax.step(t, gap, where="pre", color=COLORS["chunked_prefill"], alpha=0.5, linewidth=1)
+        ax.step(t, gap, where="pre", color=POLICY_COLOURS["chunked_prefill"], alpha=0.5, linewidth=1)
     ax.set(xlabel="simulated time (s)", ylabel="time since previous token (ms)", xlim=(0.5, 2.5),
            title=f"chunk_size = {chunk_size}: worst chat gap {max(g.max() for _, g in gaps.values()):.0f} ms, "
                  f"document TTFT {out.requests.loc[LONG, 'ttft_ms']:.0f} ms")
@@ -165,14 +165,14 @@ trade
 '''),
 ("code", r'''
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.3))
-ax1.plot(trade.index, trade["TTFT p50"], "-o", color="#0072B2", label="chunked prefill, TTFT p50")
-ax1.plot(trade.index, trade["TTFT p99"], "--o", color="#0072B2", label="chunked prefill, TTFT p99")
-ax1.axhline(baseline["ttft_ms"]["median"], color="#D55E00", linestyle="-", linewidth=1, label="continuous, TTFT p50")
-ax1.axhline(baseline["ttft_ms"]["p99"], color="#D55E00", linestyle="--", linewidth=1, label="continuous, TTFT p99")
+ax1.plot(trade.index, trade["TTFT p50"], "-o", color=POLICY_COLOURS["chunked_prefill"], label="chunked prefill, TTFT p50")
+ax1.plot(trade.index, trade["TTFT p99"], "--o", color=POLICY_COLOURS["chunked_prefill"], label="chunked prefill, TTFT p99")
+ax1.axhline(baseline["ttft_ms"]["median"], color=POLICY_COLOURS["continuous"], linestyle="-", linewidth=1, label="continuous, TTFT p50")
+ax1.axhline(baseline["ttft_ms"]["p99"], color=POLICY_COLOURS["continuous"], linestyle="--", linewidth=1, label="continuous, TTFT p99")
 ax1.set(yscale="log", ylabel="time to first token (ms)", title="TTFT vs chunk size")
-ax2.plot(trade.index, trade["ITL p99"], "-s", color="#009E73", label="chunked prefill, ITL p99")
-ax2.plot(trade.index, trade["TPOT p50"], ":s", color="#009E73", label="chunked prefill, TPOT p50")
-ax2.axhline(baseline["itl_ms"]["p99"], color="#D55E00", linestyle="-", linewidth=1, label="continuous, ITL p99")
+ax2.plot(trade.index, trade["ITL p99"], "-s", color=POLICY_COLOURS["chunked_prefill"], label="chunked prefill, ITL p99")
+ax2.plot(trade.index, trade["TPOT p50"], ":s", color=POLICY_COLOURS["chunked_prefill"], label="chunked prefill, TPOT p50")
+ax2.axhline(baseline["itl_ms"]["p99"], color=POLICY_COLOURS["continuous"], linestyle="-", linewidth=1, label="continuous, ITL p99")
 slo_tpot = baseline["slo"]["tpot_ms"]  # the scenario's SLO
 ax2.axhline(slo_tpot, color="black", linestyle=":", linewidth=0.8, label=f"SLO: TPOT {slo_tpot:g} ms")
 ax2.set(ylabel="inter-token latency (ms)", title="Inter-token latency vs chunk size")

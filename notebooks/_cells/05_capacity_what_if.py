@@ -32,6 +32,7 @@ from simbatch import load_scenario, run, scenarios_dir
 from simbatch.capacity import (capacity_table, expand, explain_boundary, explain_sizing, find_capacity,
                                format_table, parse_slos, price_table)
 from simbatch.executors import make_executor
+from simbatch.report.palette import POLICY_COLOURS  # the colours of the CLI's figures and reports too
 
 
 SCEN = scenarios_dir()  # the bundled scenarios/ of this checkout
@@ -180,7 +181,7 @@ def max_rate_for(tpot_targets=(40, 60, 100), ttft_ms: int = 1000):
                      "max req/s": b.lo * res.base_rate if b.lo is not None else np.nan})
     d = pd.DataFrame(rows)
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.plot(d["TPOT p99 target (ms)"], d["max req/s"], "o-", color="#009E73", label="chunked prefill, A100, Llama-3-8B")
+    ax.plot(d["TPOT p99 target (ms)"], d["max req/s"], "o-", color=POLICY_COLOURS["chunked_prefill"], label="chunked prefill, A100, Llama-3-8B")
     ax.set(xlabel="TPOT p99 target (ms)", ylabel="max req/s within the SLO", ylim=(0, None),
            title=f"A looser per-token target buys throughput (TTFT p99 <= {ttft_ms} ms)")
     ax.grid(alpha=0.3)
@@ -243,7 +244,8 @@ display(dis.pivot(index="layout", columns="rate (req/s)", values="goodput/GPU").
         .style.format("{:.2f}").set_caption("goodput per GPU (req/s) at each offered rate, four A100s"))
 '''),
 ("code", r'''
-styles = {"colocated, continuous": ("#0072B2", "o-"), "colocated, chunked prefill": ("#009E73", "o-"),
+styles = {"colocated, continuous": (POLICY_COLOURS["continuous"], "o-"),
+          "colocated, chunked prefill": (POLICY_COLOURS["chunked_prefill"], "o-"),
           "split 1 prefill + 3 decode": ("#D55E00", "s--"), "split 2 prefill + 2 decode": ("#CC79A7", "s--"),
           "split 3 prefill + 1 decode": ("#E69F00", "s--")}
 fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))

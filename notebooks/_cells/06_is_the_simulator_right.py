@@ -26,6 +26,7 @@ import pandas as pd
 from IPython.display import display
 
 from simbatch import load_scenario, scenarios_dir, validate
+from simbatch.report.palette import POLICY_COLOURS  # the colours of the CLI's figures and reports too
 
 try:
     import torch  # noqa: F401  (the real model runs on it)
@@ -167,7 +168,8 @@ def per_kind(v):
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 4.5))
     bins = np.linspace(-0.8, 1.2, 61)
-    for (kind, p), color in zip(v.policies.items(), ("#0072B2", "#E69F00", "#009E73", "#CC79A7")):
+    for kind, p in v.policies.items():
+        color = POLICY_COLOURS[kind]
         d = p.pairs
         signed = (d.predicted_s / d.measured_s - 1)[d.kind == "decode_only"].clip(bins[0], bins[-1])
         ax1.hist(100 * signed, bins=100 * bins, alpha=0.5, color=color, label=f"{kind} decode steps")
@@ -205,7 +207,8 @@ run, so the same step takes longer at some moments than at others).
 @with_validation
 def error_sources(v):
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 4.5))
-    for (kind, p), color in zip(v.policies.items(), ("#0072B2", "#E69F00", "#009E73", "#CC79A7")):
+    for kind, p in v.policies.items():
+        color = POLICY_COLOURS[kind]
         d = p.pairs[p.pairs.kind == "decode_only"]
         signed = 100 * (d.predicted_s / d.measured_s - 1)
         ax1.scatter(d.context_tokens, signed, s=6, alpha=0.35, color=color, label=f"{kind} decode steps")
@@ -246,7 +249,8 @@ def latency_cdfs(v):
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
     metrics = [("ttft_ms", "time to first token (ms)"), ("tpot_ms", "time per output token (ms)"),
                ("e2el_ms", "end-to-end latency (ms)")]
-    for (kind, p), color in zip(v.policies.items(), ("#0072B2", "#E69F00", "#009E73", "#CC79A7")):
+    for kind, p in v.policies.items():
+        color = POLICY_COLOURS[kind]
         for ax, (col, label) in zip(axes, metrics):
             for side, style in ((p.measured, "-"), (p.predicted, "--")):
                 x = np.sort(side.requests[col].dropna().to_numpy())

@@ -5,7 +5,8 @@ sections both writers (``html.py``, ``markdown.py``) render, so the HTML and
 Markdown reports always say the same thing. The figures themselves live in
 ``figures_latency.py``, ``figures_series.py`` and ``figures_timeline.py``.
 
-Style: each policy keeps one colour (Okabe-Ito, without the yellow that
+Style: each policy keeps one colour (:mod:`simbatch.report.palette`, the one
+the CLI's figures and the notebooks use too: Okabe-Ito, without the yellow that
 vanishes on white), one line style and one marker in every figure, so lines
 stay apart in grayscale and for colour-blind readers.
 """

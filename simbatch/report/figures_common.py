@@ -7,17 +7,18 @@ import io
 import math
 
 from simbatch.report.load import POLICY_ORDER
+from simbatch.report.palette import policy_colour
 
-LINE_COLOURS = ("#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7", "#000000")
 LINE_STYLES = ("-", "--", "-.", ":")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 DPI = 100
 
 
 def policy_style(name: str, index: int = 0) -> dict:
-    """Matplotlib line keywords for a policy: known kinds keep their place, others follow."""
+    """Matplotlib line keywords for a policy: its colour (:mod:`simbatch.report.palette`), and a
+    line style and marker of its own (known kinds keep their place, others follow)."""
     i = POLICY_ORDER.index(name) if name in POLICY_ORDER else len(POLICY_ORDER) + index
-    return {"color": LINE_COLOURS[i % len(LINE_COLOURS)], "linestyle": LINE_STYLES[i % len(LINE_STYLES)],
+    return {"color": policy_colour(name, index), "linestyle": LINE_STYLES[i % len(LINE_STYLES)],
             "marker": MARKERS[i % len(MARKERS)], "label": name}
 
 

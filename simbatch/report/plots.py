@@ -1,7 +1,8 @@
 """Figures comparing policies (PNG, headless).
 
-Colours are Okabe-Ito (distinguishable with the common colour-vision
-deficiencies); policies are also named on the x axis and p99 bars are hatched,
+Each policy has its colour from :mod:`simbatch.report.palette` (the one the
+reports and notebooks use, Okabe-Ito: distinguishable with the common
+colour-vision deficiencies); policies are also named on the x axis and p99 bars are hatched,
 so the figure still reads in grayscale.
 """
 
@@ -9,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from simbatch.report.palette import policy_colours
 from simbatch.report.table import fmt_num
 
-OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000")
 LATENCY_PANELS = (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("E2EL", "e2el_ms"))
 P99_HATCH = "///"
 
@@ -34,8 +35,9 @@ def _bar(ax, x: float, height: float | None, width: float, color: str, hatch: st
 
 def _latency_panel(ax, summaries: dict[str, dict], name: str, key: str) -> None:
     """p50 (plain) and p99 (hatched) bars side by side for each policy."""
-    for i, s in enumerate(summaries.values()):
-        color = OKABE_ITO[i % len(OKABE_ITO)]
+    colours = policy_colours(summaries)
+    for i, (policy, s) in enumerate(summaries.items()):
+        color = colours[policy]
         _bar(ax, i - 0.2, _get(s, key, "median"), 0.4, color, "")
         _bar(ax, i + 0.2, _get(s, key, "p99"), 0.4, color, P99_HATCH)
     values = [v for s in summaries.values() for st in ("median", "p99")
@@ -50,8 +52,9 @@ def _latency_panel(ax, summaries: dict[str, dict], name: str, key: str) -> None:
 
 
 def _throughput_panel(ax, summaries: dict[str, dict]) -> None:
-    for i, s in enumerate(summaries.values()):
-        _bar(ax, i, _get(s, "output_throughput"), 0.6, OKABE_ITO[i % len(OKABE_ITO)], "")
+    colours = policy_colours(summaries)
+    for i, (policy, s) in enumerate(summaries.items()):
+        _bar(ax, i, _get(s, "output_throughput"), 0.6, colours[policy], "")
     ax.set_title("Output throughput", fontsize=9)
     ax.set_ylabel("output tokens/s")
 
