@@ -12,7 +12,8 @@ are kept, attends to ``num_context_tokens[i]`` tokens already in its KV cache,
 and computes ``num_pad_tokens[i]`` extra tokens that are thrown away (padding
 to the batch's longest prompt). By convention the first ``num_decode_slots``
 slots are decode slots (one new or padded token each); the rest are prefill
-chunks.
+chunks. Under speculative decoding a decode slot computes ``n > 1`` tokens: its
+last token and ``n - 1`` drafts to verify (:mod:`simbatch.speculative`).
 """
 
 from __future__ import annotations

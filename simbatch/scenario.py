@@ -23,6 +23,7 @@ from simbatch.errors import SimbatchError
 from simbatch.hardware import GPUSpec, get_gpu
 from simbatch.models import ModelSpec, get_model
 from simbatch.quantization import apply_quantization
+from simbatch.speculative import SpeculativeParams, drafter_model, parse_speculative
 from simbatch.params import parse_params, require
 from simbatch.policies import PolicySpec, parse_policy, parse_policy_spec
 from simbatch.yamlio import compose, load_yaml, read_text, safe_load
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 TOP_LEVEL = ("name", "description", "workload", "model", "quantization", "hardware", "cluster", "policy",
              "policies", "cost_model", "kv_cache", "slo", "seed", "sweep", "control", "disaggregation",
-             "variants", "engine")
+             "variants", "engine", "speculative")
 
 
 GROUP_FIELDS = ("hardware", "tensor_parallel", "policy", "cost_model")  # a group may override these
@@ -201,6 +202,8 @@ class Scenario:
     slo: SLOParams = field(default_factory=SLOParams)
     disaggregation: DisaggregationParams | None = None  # None: no such section
     engine: EngineParams = field(default_factory=EngineParams)  # the serving engine's overhead and memory
+    speculative: SpeculativeParams | None = None  # None: no speculative decoding
+    drafter: ModelSpec | None = None  # the model whose passes propose drafts (None: none, or n-gram)
 
     def build_workload(self, seed: int | None = None) -> Workload:
         """The scenario's requests (``seed``: the scenario's unless given)."""
@@ -354,6 +357,8 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
         parse_policy_spec(group.policy_spec(data["policy"]), source, f"cluster.replicas[{i}].policy")
         for i, group in enumerate(cluster.groups))
     disaggregation = parse_disaggregation(data.get("disaggregation"), data["policy"], source)
+    speculative, drafter = _speculative(data, model, (policy, *group_policies), disaggregation, cluster, source,
+                                       base_dir)
     if data.get("variants") is not None:
         from simbatch.variants import check_variants  # below this module: it is handed from_dict
 
@@ -366,7 +371,23 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
         slo=slo,
         disaggregation=disaggregation,
         engine=parse_engine(data.get("engine"), f"{source}: engine"),
+        speculative=speculative, drafter=drafter,
     )
+
+
+def _speculative(data: dict, model: ModelSpec, policies, disaggregation, cluster, source: str, base_dir):
+    """The ``speculative`` section and its drafter's model (both None when absent or off)."""
+    where = f"{source}: speculative"
+    params = parse_speculative(data.get("speculative"), [p.kind for p in policies], where)
+    if params is None:
+        return None, None
+    if disaggregation is not None and disaggregation.enabled:
+        raise SimbatchError(where, "speculative decoding in disaggregated pools is not modelled yet; "
+                                   "set speculative.enabled to false or serve colocated")
+    if cluster.pipeline_parallel > 1:
+        raise SimbatchError(where, "speculative decoding on a pipeline is not modelled yet; set "
+                                   "cluster.pipeline_parallel to 1")
+    return params, drafter_model(params, model, where, base_dir)
 
 
 def check_name(data: dict, source: str) -> None:

@@ -48,7 +48,8 @@ NO_ATTN = AttnWork((0, 0, 0))
 @_named
 class StepWork(_Record):
     """What one step computes, summed over its slots: ``(tokens, rows, decode, prefill)``,
-    the rows through the linear layers, the logit rows (slots computing at least one token),
+    the rows through the linear layers, the logit rows (slots computing at least one token, plus
+    every draft a decode slot verifies under speculative decoding),
     and the decode and prefill slots' :class:`AttnWork`. What a cost model prices
     (``roofline.plan_work`` builds it from a :class:`StepPlan`; the engine's fast paths
     build the same integers directly, so their prices are bit-identical)."""

@@ -480,7 +480,10 @@ def _work(q: list[int], ctx: list[int], num_decode: int) -> StepWork:
     else:
         dec = _attn_sums(q[:num_decode], ctx[:num_decode])
         pre = _attn_sums(q[num_decode:], ctx[num_decode:])
-    return StepWork((dec[2] + pre[2], n - q.count(0), dec, pre))
+    rows = n - q.count(0)
+    if dec[0] > dec[1]:  # pairs beyond KV read: a decode slot verifies drafts, each needs its logits
+        rows += dec[2] - num_decode + q[:num_decode].count(0)
+    return StepWork((dec[2] + pre[2], rows, dec, pre))
 
 
 def _zero_padding_slots(new: list[int], rids: list[int]) -> list[int]:

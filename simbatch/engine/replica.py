@@ -27,6 +27,8 @@ class Replica:
     # Work the replica's own loop does between steps, blocking them: a disaggregated decode
     # replica's PullInbox (transfer: pull). None: nothing.
     inbox = None
+    # Which drafts a verify step keeps (simbatch.speculative.Acceptance); None: no speculation.
+    speculation = None
 
     def __init__(self, env: simpy.Environment, index: int, policy: Policy,
                  backend: CostModel, log: EventLog, seqs: list[Sequence | None],
@@ -55,6 +57,14 @@ class Replica:
         self.window = None
         log.kv_capacity_blocks[index] = policy.kv.num_blocks
         self.process = env.process(self.run())
+
+    def speculate(self, acceptance, num_speculative_tokens: int) -> None:
+        """Serve with speculative decoding: the policy plans each decode with its drafts, and
+        ``acceptance`` decides which a verify step keeps. Every step then goes through the
+        policy (the fast path's steady runs assume one token per decode step)."""
+        self.speculation = acceptance
+        self.policy.spec_tokens = num_speculative_tokens
+        self.fast_forward = False
 
     def submit(self, seq: Sequence) -> None:
         """Queue an arriving request and wake the replica if it is idle."""
@@ -122,6 +132,10 @@ class Replica:
             seq = seqs[rid]
             if seq.num_computed == seq.num_prefix_hit and seq.num_preemptions == 0 and seq.num_generated == 0:
                 first_scheduled[rid] = start
+            if n > 1:  # speculative decoding: its last token and n - 1 drafts verified at once
+                if self.verify(seq, n - 1, step, end, seq.run_first >= 0 and seq.run_last >= joins):
+                    finished.append(seq)
+                continue
             seq.num_computed += n
             if seq.num_computed == seq.num_tokens:
                 g = seq.num_generated + 1
@@ -157,6 +171,21 @@ class Replica:
                 if seq.status == FINISHED:
                     finished.append(seq)
         return finished
+
+    def verify(self, seq: Sequence, drafts: int, step: int, end: float, extends: bool) -> bool:
+        """A verify step of ``seq`` over its last token and ``drafts`` drafts: the drafts kept
+        and the target's own next token are emitted together, as one chunk of its token run
+        (so ITL, as vLLM's benchmark measures it, is the gap between chunks). Returns True
+        when ``seq`` finished."""
+        kept = self.speculation.accept(seq.id, seq.num_generated, seq.output_tokens, drafts)
+        seq.num_computed += 1 + kept  # the rejected drafts' KV slots stay allocated, for the next drafts
+        self.emit(seq, step, end, extends)
+        for _ in range(kept):
+            self.emit(seq, step, end, True)
+        if seq.status == FINISHED:
+            self.speculation.forget(seq.id)
+            return True
+        return False
 
     def emit(self, seq: Sequence, step: int, end: float, extends: bool) -> None:
         """``seq`` produced an output token at the end of replica step ``step``

@@ -19,6 +19,8 @@ from simbatch.links import get_link
 from simbatch.models import ModelSpec
 from simbatch.scenario import Scenario
 from simbatch.sequence import FINISHED, Sequence
+from simbatch.speculative import describe as describe_speculative
+from simbatch.speculative import drafter_memory
 from simbatch.workload import Workload
 
 
@@ -102,20 +104,25 @@ class RunResult:
 
 def kv_blocks_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
                           tensor_parallel: int | None = None, where: str = "hardware",
-                          policy_params=None) -> int:
-    """KV capacity of one replica (TP degree: the cluster's unless given) running a policy
-    with ``policy_params`` (the scenario's policy's unless given: the engine's start-up
-    profiling pass depends on it); a model that leaves no room for KV is a user error
+                          policy_params=None, pipeline_parallel: int | None = None) -> int:
+    """KV capacity of one replica (TP degree and pipeline stages: the cluster's unless given)
+    running a policy with ``policy_params`` (the scenario's policy's unless given: the engine's
+    start-up profiling pass depends on it); a model that leaves no room for KV is a user error
     naming ``where``."""
     kv = scenario.kv_cache
     tp = tensor_parallel or scenario.cluster.tensor_parallel
+    stages = pipeline_parallel or scenario.cluster.pipeline_parallel
     params = scenario.policy.params if policy_params is None else policy_params
     reserved = scenario.engine.reserved_bytes(model, tp, params, gpu.memory_bytes)
     # Pipeline stages hold their layers' weights and KV; the stage with the most layers binds.
-    share = max(stage_layers(model.num_layers, scenario.cluster.pipeline_parallel)) / model.num_layers
+    share = max(stage_layers(model.num_layers, stages)) / model.num_layers
     sizing = dict(gpu_memory_bytes=gpu.memory_bytes, weight_bytes=model.weight_bytes * share,
                   kv_bytes_per_token_per_gpu=model.kv_bytes_per_token_per_gpu(tp) * share, tensor_parallel=tp,
                   gpu_memory_utilization=kv.gpu_memory_utilization, reserved_bytes=reserved)
+    if scenario.speculative is not None:  # the drafter's weights, and its KV beside every token's
+        weights, kv_token = drafter_memory(scenario.speculative, scenario.drafter, tp)
+        sizing["weight_bytes"] += weights * tp
+        sizing["kv_bytes_per_token_per_gpu"] += kv_token
     blocks = kv_capacity_blocks(block_size=kv.block_size, **sizing)
     if blocks < 1 and kv_capacity_blocks(block_size=1, **sizing) >= 1:
         raise SimbatchError(scenario.where("kv_cache.block_size"),
@@ -179,35 +186,42 @@ def group_backend(scenario: Scenario, model: ModelSpec, i: int) -> tuple[GPUSpec
     return replica_backend(scenario, model, scenario.cluster.groups[i], lambda f: group_field(scenario, i, f))
 
 
-def replica_backend(scenario: Scenario, model: ModelSpec, own, field) -> tuple[GPUSpec, int, object]:
+def replica_backend(scenario: Scenario, model: ModelSpec, own, field,
+                    policy: tuple[object, str] | None = None) -> tuple[GPUSpec, int, object]:
     """GPU, TP degree and cost model of replicas whose spec ``own`` may set ``hardware``,
-    ``tensor_parallel`` and ``cost_model`` (None: the scenario's); ``field(name)`` is the
-    dotted field an error about ``name`` points at (a group's, a pool's)."""
+    ``tensor_parallel``, ``cost_model`` and the pipeline fields (``pipeline_parallel``,
+    ``micro_batches``, ``pipeline_schedule``, ``pipeline_link``; None or absent: the
+    scenario's); ``field(name)`` is the dotted field an error about ``name`` points at (a
+    group's, a pool's). ``policy``: (parameters, field) of the policy these replicas run
+    (None: the scenario's and every group's), checked against a pipeline."""
     gpu = scenario.gpu if own.hardware is None else get_gpu(own.hardware, scenario.where(field("hardware")))
     tp = check_tensor_parallel(own.tensor_parallel or scenario.cluster.tensor_parallel, model,
                                scenario.where(field("tensor_parallel")))
     spec = scenario.data.get("cost_model") if own.cost_model is None else own.cost_model
-    c = scenario.cluster
-    if c.pipeline_parallel > 1:
-        _check_pipeline(scenario, model)
+    c, names = scenario.cluster, ("pipeline_parallel", "micro_batches", "pipeline_schedule", "pipeline_link")
+    mine = {n: getattr(own, n, None) is not None for n in names}
+    stages, micro, schedule, link = (getattr(own if mine[n] else c, n) for n in names)
+    where = {n: scenario.where(field(n) if mine[n] else f"cluster.{n}") for n in names}
+    if stages > 1:
+        _check_pipeline(scenario, model, stages, where["pipeline_parallel"], policy)
     backend = build_cost_model(spec, model, gpu, tp, scenario.where(field("cost_model")), base_dir=scenario.base_dir,
                                overhead=scenario.engine.overhead_params(), engine_where=scenario.where("engine"),
-                               pipeline=(c.pipeline_parallel, c.micro_batches, c.pipeline_schedule,
-                                         get_link(c.pipeline_link, scenario.where("cluster.pipeline_link"))
-                                         if c.pipeline_link else None))
+                               pipeline=(stages, micro, schedule,
+                                         get_link(link, where["pipeline_link"]) if link else None))
     return gpu, tp, backend
 
 
-def _check_pipeline(scenario: Scenario, model: ModelSpec) -> None:
-    """What a pipeline-parallel replica cannot be combined with (one-line errors)."""
-    where = scenario.where("cluster.pipeline_parallel")
-    stages = scenario.cluster.pipeline_parallel
+def _check_pipeline(scenario: Scenario, model: ModelSpec, stages: int, where: str,
+                    policy: tuple[object, str] | None = None) -> None:
+    """What a replica of ``stages`` pipeline stages cannot be combined with (one-line errors
+    naming ``where``); ``policy``: (parameters, field) of the policy it runs (None: the
+    scenario's and every group's)."""
     if stages > model.num_layers:
         raise SimbatchError(where, f"{stages} stages for {model.name}'s {model.num_layers} layers")
-    if scenario.is_disaggregated:
-        raise SimbatchError(where, "pipeline stages in disaggregated pools are not modelled yet; set it to 1")
-    if any(getattr(p.params, "streams", 1) > 1 for p in (scenario.policy, *scenario.group_policies)):
-        raise SimbatchError(where, "two-stream steps on a pipeline are not modelled; set policy.streams to 1")
+    params, at = policy or (None, "policy")
+    runs = [params] if policy else [p.params for p in (scenario.policy, *scenario.group_policies)]
+    if any(getattr(p, "streams", 1) > 1 for p in runs):
+        raise SimbatchError(where, f"two-stream steps on a pipeline are not modelled; set {at}.streams to 1")
 
 
 def build_backend(scenario: Scenario) -> tuple[ModelSpec, GPUSpec, object]:
@@ -237,3 +251,20 @@ def flush_unfinished(seqs: list[Sequence | None], replicas: list[Replica], log: 
             replicas[where].close_run(seq)
     if unfinished:
         log.note(f"{unfinished} request(s) did not finish")
+
+
+def speculative_backend(scenario: Scenario, backend, gpu: GPUSpec, tp: int, tp_where: str):
+    """``backend`` with the drafter's passes added when the scenario speculates (else itself):
+    the drafter runs on the target's GPUs at its tensor-parallel degree
+    (:mod:`simbatch.costmodel.speculative`)."""
+    spec = scenario.speculative
+    if spec is None:
+        return backend
+    from simbatch.costmodel.speculative import SpeculativeCostModel, build_drafter
+
+    drafter = scenario.drafter
+    if drafter is not None:
+        check_tensor_parallel(tp, drafter, scenario.where(tp_where))
+    params = getattr(backend, "params", None)
+    own = build_drafter(drafter, gpu, tp, params if isinstance(params, dict) else {}, spec.draft_pass_overhead_s)
+    return SpeculativeCostModel(backend, own, describe_speculative(spec, drafter))

@@ -20,12 +20,14 @@ from simbatch.engine.setup import (
     group_backend,
     group_field,
     kv_blocks_per_replica,
+    speculative_backend,
 )
 from simbatch.eventlog import EventLog
 from simbatch.models import ModelSpec
 from simbatch.prefix_cache import build_kv_cache
 from simbatch.scenario import Scenario
 from simbatch.sequence import Sequence
+from simbatch.speculative import Acceptance
 from simbatch.workload import Workload
 from simbatch.workload.size import check_fits_in_memory
 
@@ -35,6 +37,7 @@ def build_groups(scenario: Scenario, model: ModelSpec) -> list[ReplicaGroupSetup
     groups = []
     for i, group in enumerate(scenario.cluster.groups):
         gpu, tp, backend = group_backend(scenario, model, i)
+        backend = speculative_backend(scenario, backend, gpu, tp, group_field(scenario, i, "tensor_parallel"))
         policy = scenario.group_policies[i]
         blocks = kv_blocks_per_replica(scenario, model, gpu, tp, group_field(scenario, i, "hardware"), policy.params)
         groups.append(ReplicaGroupSetup(i, group.count, gpu, tp, backend, policy.cls, policy.params, blocks,
@@ -50,6 +53,8 @@ def build_replicas(env: simpy.Environment, scenario: Scenario, groups: list[Repl
     router_cls = ROUTER_CLASSES[scenario.cluster.router]
     kv_params = scenario.kv_cache
     replicas = []
+    spec = scenario.speculative
+    acceptance = None if spec is None else Acceptance(spec, scenario.seed)
     for group in groups:
         for _ in range(group.count):
             kv = build_kv_cache(group.kv_blocks, kv_params, group.policy_cls, log, max_context)
@@ -58,6 +63,8 @@ def build_replicas(env: simpy.Environment, scenario: Scenario, groups: list[Repl
             # Only a router that reads the step in flight pays for the clock's extra call per step.
             backend = StepClock(group.backend, env) if router_cls.needs_step_clock else group.backend
             replicas.append(Replica(env, len(replicas), policy, backend, log, seqs, fast_forward))
+            if acceptance is not None:
+                replicas[-1].speculate(acceptance, spec.num_speculative_tokens)
             attach_controller(replicas[-1], scenario.control, scenario.slo.as_dict())
     return replicas, router_cls(replicas)
 
@@ -109,5 +116,7 @@ def run_cluster(scenario: Scenario, *, workload: Workload | None = None, env: si
         before_run()
     env.run()
     flush_unfinished(seqs, replicas, log)
+    if replicas and replicas[0].speculation is not None:
+        log.speculation = replicas[0].speculation.stats()
     first = groups[0]
     return RunResult(scenario, workload, log, model, first.gpu, first.backend, scenario.policy.params, groups), replicas

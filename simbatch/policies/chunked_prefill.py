@@ -148,7 +148,9 @@ class ChunkedPrefillPolicy(IterationPolicy):
         return len(self.running) <= self.params.budget and super().steady_decode()
 
     def prefill_room(self) -> int:
-        # What is left of the budget after every running decode's token.
+        # What is left of the budget after every running decode's token (and drafts).
+        if self.spec_tokens:
+            return self.params.budget - sum(map(self.decode_tokens, self.running))
         return self.params.budget - len(self.running)
 
     def admission_tokens(self, seq: Sequence, hit: int, budget: int) -> int:
@@ -165,7 +167,10 @@ class ChunkedPrefillPolicy(IterationPolicy):
                 break
             if seq.status != RUNNING:
                 continue  # preempted a moment ago
-            n = 1 if decoding else min(seq.num_remaining, self.params.chunk_cap, budget)
+            if decoding:  # its last token, and under speculative decoding its drafts (within budget)
+                n = 1 if not self.spec_tokens else min(self.decode_tokens(seq), budget)
+            else:
+                n = min(seq.num_remaining, self.params.chunk_cap, budget)
             # Only call into the allocator when the tokens overflow the blocks held.
             if seq.num_computed + n > seq.num_blocks * block_size:
                 before = self.num_preempted

@@ -69,7 +69,8 @@ class ContinuousPolicy(IterationPolicy):
         slots = decodes + prefills
         return StepPlan(
             request_ids=[s.id for s in slots],
-            num_new_tokens=[1] * len(decodes) + [s.num_remaining for s in prefills],
+            num_new_tokens=([1] * len(decodes) if not self.spec_tokens else list(map(self.decode_tokens, decodes)))
+            + [s.num_remaining for s in prefills],
             num_context_tokens=[s.num_computed for s in slots],
             num_decode_slots=len(decodes),
             num_streams=self.params.streams,
@@ -91,7 +92,9 @@ class ContinuousPolicy(IterationPolicy):
         # With mixing the decodes take one token each of the budget first; prefill-first
         # admits before any decode is planned.
         budget = self.params.max_num_batched_tokens
-        return budget - len(self.running) if self.params.mix_prefill_decode else budget
+        if not self.params.mix_prefill_decode:
+            return budget
+        return budget - (sum(map(self.decode_tokens, self.running)) if self.spec_tokens else len(self.running))
 
     def admission_tokens(self, seq: Sequence, hit: int, budget: int) -> int:
         # The whole prompt (what the prefix cache does not hold), or nothing.
@@ -110,15 +113,19 @@ class ContinuousPolicy(IterationPolicy):
         """
         scheduled = []
         block_size = self.kv.block_size
+        spec = self.spec_tokens
+        n = 1
         for seq in list(self.running):
             if seq.status != RUNNING:
                 continue  # preempted a moment ago
+            if spec:  # its drafts need KV slots too (vLLM's lookahead slots)
+                n = self.decode_tokens(seq)
             # Hot path: most decodes still have room in their last block.
-            if seq.num_computed < seq.num_blocks * block_size:
+            if seq.num_computed + n <= seq.num_blocks * block_size:
                 scheduled.append(seq)
                 continue
             before = self.num_preempted
-            if not self.may_grow(seq, 1):
+            if not self.may_grow(seq, n):
                 break
             if self.num_preempted != before:
                 scheduled = [s for s in scheduled if s.status == RUNNING]

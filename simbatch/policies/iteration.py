@@ -46,6 +46,9 @@ class IterationPolicy(Policy):
     """Base for policies that re-form the batch at every step."""
 
     steady_kind = "running"
+    # Drafts a decode verifies per step (speculative decoding; set by the engine from the
+    # scenario's ``speculative`` section, which also turns the fast path off). 0: none.
+    spec_tokens = 0
 
     def __init__(self, params, kv, note=lambda m: None):
         super().__init__(params, kv, note)
@@ -59,6 +62,11 @@ class IterationPolicy(Policy):
 
     def max_request_tokens(self) -> int | None:
         return None
+
+    def decode_tokens(self, seq: Sequence) -> int:
+        """Tokens a decode of ``seq`` computes: its last token, plus under speculative decoding
+        the drafts to verify, never past its last output token (the engine knows max_tokens)."""
+        return 1 + min(self.spec_tokens, seq.output_tokens - seq.num_generated - 1)
 
     def add(self, seq: Sequence, now: float) -> None:
         self.waiting.append(seq)
