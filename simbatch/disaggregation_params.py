@@ -3,7 +3,7 @@
 ```yaml
 disaggregation:
   prefill: {replicas: 2, tensor_parallel: 1, hardware: h100-sxm, policy: {...}, cost_model: {...}, router: ...}
-  decode:  {replicas: 2, policy: {kind: continuous, max_num_seqs: 256}}
+  decode:  {replicas: 2, tensor_parallel: 1, pipeline_parallel: 2, policy: {kind: continuous, max_num_seqs: 256}}
   link: nvlink | pcie | infiniband | {bandwidth_gbps: 200, latency_us: 5}
   transfer: push               # or pull, or {mode: pull, max_waiting_share: 0.05} (DistServe)
   router: round_robin          # both pools, unless a pool names its own
@@ -28,16 +28,27 @@ POOLS = ("prefill", "decode")
 # Pools need iteration-level admission: a padded batch cannot take a request whose
 # prompt is already computed, nor hand one over at its first token.
 POOL_POLICIES = ("continuous", "chunked_prefill")
+# A pool's pipeline fields; each left out falls back to the ``cluster`` field of that name.
+PIPELINE_FIELDS = ("pipeline_parallel", "micro_batches", "pipeline_schedule", "pipeline_link")
 
 
 @dataclass(frozen=True)
 class PoolParams:
     """One pool: ``replicas`` alike replicas; a field left out (None) falls back to the
     scenario's top level (``hardware``, ``cluster.tensor_parallel``, ``policy``,
-    ``cost_model``, ``disaggregation.router``)."""
+    ``cost_model``, ``disaggregation.router``, and ``cluster``'s pipeline fields).
+
+    A replica of the pool runs ``tensor_parallel`` x ``pipeline_parallel`` GPUs:
+    ``pipeline_parallel`` stages (:mod:`simbatch.costmodel.pipeline`), each on
+    ``tensor_parallel`` GPUs, with ``micro_batches``, ``pipeline_schedule`` and
+    ``pipeline_link`` as the ``cluster`` fields of those names."""
 
     replicas: int = 1
     tensor_parallel: int | None = None
+    pipeline_parallel: int | None = None
+    micro_batches: int | None = None
+    pipeline_schedule: str | None = None
+    pipeline_link: str | None = None
     hardware: object = None
     policy: object = None
     cost_model: object = None
@@ -46,6 +57,11 @@ class PoolParams:
     def __post_init__(self):
         require(self.replicas >= 1, "replicas", "must be >= 1")
         require(self.tensor_parallel is None or self.tensor_parallel >= 1, "tensor_parallel", "must be >= 1")
+        require(self.pipeline_parallel is None or self.pipeline_parallel >= 1, "pipeline_parallel", "must be >= 1")
+        require(self.micro_batches is None or self.micro_batches >= 0, "micro_batches",
+                "must be >= 0 (0: one per pipeline stage)")
+        require(self.pipeline_schedule in (None, "overlap", "drain"), "pipeline_schedule",
+                f"unknown schedule {self.pipeline_schedule!r}; allowed: overlap, drain")
         require(self.policy is None or isinstance(self.policy, dict), "policy",
                 "must be a mapping, e.g. {kind: continuous, max_num_seqs: 64}")
         require(self.router is None or self.router in ROUTERS, "router",
@@ -99,6 +115,11 @@ class DisaggregationParams:
     def pool(self, name: str) -> PoolParams:
         """``prefill`` or ``decode``."""
         return getattr(self, name)
+
+    def pool_pipeline(self, name: str, cluster) -> int:
+        """Pipeline stages of a replica of pool ``name``: its own, else ``cluster``'s."""
+        own = self.pool(name).pipeline_parallel
+        return cluster.pipeline_parallel if own is None else own
 
     def pool_router(self, name: str) -> str:
         """The router that spreads requests over pool ``name``."""

@@ -27,7 +27,8 @@ from simbatch.engine.setup import (
     kv_blocks_per_replica,
     replica_backend,
 )
-from simbatch.disaggregation_params import POOLS
+from simbatch.costmodel.pipeline import stage_layers
+from simbatch.disaggregation_params import PIPELINE_FIELDS, POOLS
 from simbatch.errors import SimbatchError
 from simbatch.eventlog import EventLog
 from simbatch.models import ModelSpec
@@ -36,6 +37,9 @@ from simbatch.scenario import Scenario
 from simbatch.sequence import Sequence
 from simbatch.workload import Workload
 from simbatch.workload.size import check_fits_in_memory
+
+
+CLUSTER_FIELDS = ("tensor_parallel", *PIPELINE_FIELDS)  # a pool's fields that fall back to cluster's
 
 
 @dataclass
@@ -50,19 +54,25 @@ class PoolSetup(ReplicaGroupSetup):
 
 
 def pool_field(scenario: Scenario, pool: str, name: str) -> str:
-    """Where pool ``pool``'s ``name`` comes from: its own field, else the top-level one."""
+    """Where pool ``pool``'s ``name`` comes from: its own field, else the top-level one
+    (``cluster``'s for the parallelism fields)."""
     if getattr(scenario.disaggregation.pool(pool), name) is not None:
         return f"disaggregation.{pool}.{name}"
-    return "cluster.tensor_parallel" if name == "tensor_parallel" else name
+    return f"cluster.{name}" if name in CLUSTER_FIELDS else name
 
 
 def build_pool(scenario: Scenario, model: ModelSpec, index: int, pool: str) -> PoolSetup:
-    """Pool ``pool``'s GPU, TP degree, cost model, KV capacity and policy, checked."""
+    """Pool ``pool``'s GPU, TP degree, pipeline stages, cost model, KV capacity (per stage)
+    and policy, checked."""
     dis = scenario.disaggregation
     policy = dis.policies[pool]
-    gpu, tp, backend = replica_backend(scenario, model, dis.pool(pool), lambda f: pool_field(scenario, pool, f))
-    blocks = kv_blocks_per_replica(scenario, model, gpu, tp, pool_field(scenario, pool, "hardware"), policy.params)
-    return PoolSetup(index, dis.pool(pool).replicas, gpu, tp, backend, policy.cls, policy.params, blocks,
+    own = dis.pool(pool).policy is not None
+    gpu, tp, backend = replica_backend(scenario, model, dis.pool(pool), lambda f: pool_field(scenario, pool, f),
+                                       (policy.params, f"disaggregation.{pool}.policy" if own else "policy"))
+    stages = dis.pool_pipeline(pool, scenario.cluster)
+    blocks = kv_blocks_per_replica(scenario, model, gpu, tp, pool_field(scenario, pool, "hardware"), policy.params,
+                                   stages)
+    return PoolSetup(index, dis.pool(pool).replicas, gpu, tp, backend, policy.cls, policy.params, blocks, stages,
                      pool=pool, router=dis.pool_router(pool))
 
 
@@ -130,9 +140,22 @@ def dispatch_prefill(env, workload: Workload, prefill: list, decode_limits: list
                  f"decode replica (prompt + output, at most {ceiling} tokens) serves")
 
 
-def link_lanes(prefill: list, decode: list, pools: list[PoolSetup]) -> dict:
-    """Parallel GPU links per (prefill, decode) replica pair: min of the two TP degrees."""
-    lanes = min(pools[0].tensor_parallel, pools[1].tensor_parallel)
+def gpu_share(pool: PoolSetup, num_layers: int) -> float:
+    """The largest share of a replica's KV cache one of its GPUs holds: its stage's layers
+    (the stage with the most) over its ``tensor_parallel`` GPUs; 1 / TP without a pipeline."""
+    return max(stage_layers(num_layers, pool.pipeline_parallel)) / num_layers / pool.tensor_parallel
+
+
+def link_lanes(prefill: list, decode: list, pools: list[PoolSetup], num_layers: int) -> dict:
+    """Parallel GPU links per (prefill, decode) replica pair: the prompt's KV bytes over the
+    bytes the busiest GPU at either end sends or receives, min(TP_prefill, TP_decode) without
+    pipelines. Each GPU has its own link and sends (receives) the KV of its heads in its stage's
+    layers, so a prefill replica at TP2 and a decode replica at TP1 x PP2 move it over two
+    lanes: each prefill GPU sends half the heads of every layer, each decode stage receives
+    every head of half the layers (docs/scenarios.md, "disaggregation")."""
+    lanes = 1.0 / max(gpu_share(p, num_layers) for p in pools)
+    if all(p.pipeline_parallel == 1 for p in pools):
+        lanes = min(p.tensor_parallel for p in pools)  # the same figure, as an exact integer
     return {(p.index, d.index): lanes for p in prefill for d in decode}
 
 
@@ -164,7 +187,8 @@ def run_pools(scenario: Scenario, fast_forward: bool = True) -> tuple[RunResult,
                                                                         fast_forward, model.max_context)
     decode_limits = serve_limits(decode)
     handoff = Handoff(env, log, seqs, workload.output_tokens.tolist(), decode, decode_router, decode_limits,
-                      dis.link, model.kv_bytes_per_token, link_lanes(prefill, decode, pools), dis.transfer)
+                      dis.link, model.kv_bytes_per_token, link_lanes(prefill, decode, pools, model.num_layers),
+                      dis.transfer)
     for r in prefill:
         r.handoff = handoff
     env.process(dispatch_prefill(env, workload, prefill, decode_limits, seqs, log, prefill_router,
@@ -179,8 +203,10 @@ def run_pools(scenario: Scenario, fast_forward: bool = True) -> tuple[RunResult,
 def describe(dis, pools: list[PoolSetup]) -> dict:
     """What the two pools and the link are, for ``summary.json``'s ``disaggregation`` section."""
     out = {"link": dis.link.describe(), "transfer": dis.transfer.describe(),
-           "gpus": sum(p.count * p.tensor_parallel for p in pools)}
+           "gpus": sum(p.count * p.gpus_per_replica for p in pools)}
     for p in pools:
-        out[p.pool] = {"replicas": p.count, "tensor_parallel": p.tensor_parallel, "hardware": p.gpu.name,
-                       "policy": p.policy_cls.kind, "router": p.router, "kv_blocks": p.kv_blocks}
+        out[p.pool] = {"replicas": p.count, "tensor_parallel": p.tensor_parallel,
+                       "pipeline_parallel": p.pipeline_parallel, "gpus_per_replica": p.gpus_per_replica,
+                       "hardware": p.gpu.name, "policy": p.policy_cls.kind, "router": p.router,
+                       "kv_blocks": p.kv_blocks}
     return out
