@@ -73,6 +73,23 @@ class SpeculativeParams:
         return float(k + 1) if a == 1 else (1 - a ** (k + 1)) / (1 - a)
 
 
+def acceptance_rate_from_length(tokens_per_step: float, num_speculative_tokens: int) -> float:
+    """The per-token ``acceptance_rate`` that gives ``tokens_per_step`` tokens per verify step
+    with ``num_speculative_tokens`` drafts (equation 1 inverted, by bisection): how to read a
+    measured "mean acceptance length", as vLLM logs it, into this section."""
+    k = num_speculative_tokens
+    if not 1 <= tokens_per_step <= k + 1:
+        raise ValueError(f"tokens per verify step must be in [1, {k + 1}] with {k} drafts, got {tokens_per_step}")
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if sum(mid ** j for j in range(k + 1)) < tokens_per_step:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
 def _acceptance(value) -> tuple[float, float]:
     """(mean, std) of ``acceptance_rate``: a number in [0, 1], or ``{mean, std}``."""
     if value is None:
@@ -191,10 +208,12 @@ class Acceptance:
 
     def stats(self) -> dict:
         """What the run's verify steps did: their count, the drafts proposed and accepted, the
-        realised acceptance rate and tokens emitted per verify step."""
+        share of drafts accepted (vLLM's ``draft_acceptance_rate``: below the per-token
+        ``acceptance_rate``, since the drafts after a rejection are lost whatever they were)
+        and the tokens emitted per verify step (vLLM's mean acceptance length)."""
         s = self.steps
         return {"verify_steps": s, "drafted": self.drafted, "accepted": self.accepted,
-                "acceptance_rate": self.accepted / self.drafted if self.drafted else None,
+                "draft_acceptance_rate": self.accepted / self.drafted if self.drafted else None,
                 "tokens_per_verify_step": (s + self.accepted) / s if s else None}
 
 

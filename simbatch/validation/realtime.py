@@ -24,6 +24,10 @@ def check_validatable(scenario: Scenario, workload: Workload, model: ModelSpec) 
     if model.special_features:
         raise SimbatchError(scenario.where("model"), f"validate runs dense 16-bit Llama-style models; {model.name} "
                                                      f"has {' and '.join(model.special_features)}")
+    if scenario.speculative is not None:
+        raise SimbatchError(scenario.where("speculative"), "validate cannot run it: the torch backend has no "
+                                                           "drafter and verifies no drafts; set "
+                                                           "speculative.enabled=false")
     if scenario.kv_cache.prefix_caching:
         raise SimbatchError(scenario.where("kv_cache.prefix_caching"),
                             "validate cannot run it: the torch backend keeps each request's KV apart and "
