@@ -11,19 +11,18 @@ from __future__ import annotations
 import os
 from functools import partial
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from simbatch.executors import ProcessExecutor
 from simbatch.metrics import comparison_table
-from simbatch.report.outputs import write_files
 # One run's simulation and metrics live below this module (validation uses them too).
 from simbatch.runs import RunOutput, describe_run, run  # noqa: F401  (public names; describe_run for callers)
 from simbatch.scenario import Scenario, load_scenario
 
+if TYPE_CHECKING:  # pandas is imported where a table is built, never by ``simbatch run``
+    import pandas as pd
+
 POLICY_ORDER = ("static", "dynamic", "continuous", "chunked_prefill")
-
-
 
 
 def run_policy(scenario: Scenario, kind: str) -> RunOutput:
@@ -96,6 +95,7 @@ def compare(scenario: Scenario, policies: list[str] | None = None, jobs: int | N
 def write_compare(out_dir: str | Path, runs: dict[str, RunOutput], table: pd.DataFrame) -> None:
     """Write ``comparison.csv``, the comparison plot, and each run under ``out_dir/<policy>/``."""
     from simbatch.report import plot_comparison
+    from simbatch.report.outputs import write_files
 
     writers = {kind: out.write for kind, out in runs.items()}  # each run's folder, inside this one
     writers["comparison.csv"] = lambda p: table.to_csv(p, index=False)

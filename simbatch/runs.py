@@ -7,28 +7,58 @@ which both build on a run.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
-
 from simbatch.engine.simulation import RunResult, simulate
-from simbatch.metrics import replica_summaries, request_table, steps_table, summarize
+from simbatch.metrics import replica_summaries, request_columns, step_columns, summarize
+from simbatch.metrics.columns import Columns, names, to_frame
 from simbatch.metrics.disaggregation import disaggregation_summary
 from simbatch.quantization import describe as quantization_formats
-from simbatch.report import write_run
 from simbatch.scenario import Scenario
 from simbatch.version import __version__
 
 
-@dataclass
 class RunOutput:
-    """A finished run: the raw result, its summary (``summary.json``) and tables."""
+    """A finished run: the raw result, its summary (``summary.json``) and tables.
 
-    result: RunResult
-    summary: dict
-    requests: pd.DataFrame
-    steps: pd.DataFrame
+    ``requests`` and ``steps`` are pandas DataFrames, made on first use: the run
+    keeps its tables as numpy columns (``request_columns``, ``step_columns``), so
+    running, summarising and printing a run never import pandas. Built from a
+    :class:`RunResult`, the summary and the two tables, each given as columns
+    (a dict of arrays) or as a DataFrame.
+    """
+
+    __slots__ = ("result", "summary", "_requests", "_steps")
+
+    def __init__(self, result: RunResult, summary: dict, requests, steps):
+        self.result = result
+        self.summary = summary
+        self._requests = requests
+        self._steps = steps
+
+    @property
+    def requests(self):
+        """One row per request (:func:`simbatch.metrics.request_table`), a pandas DataFrame."""
+        if isinstance(self._requests, dict):
+            self._requests = to_frame(self._requests)
+        return self._requests
+
+    @property
+    def steps(self):
+        """One row per engine step (:func:`simbatch.metrics.steps_table`), a pandas DataFrame."""
+        if isinstance(self._steps, dict):
+            self._steps = to_frame(self._steps)
+        return self._steps
+
+    @property
+    def request_columns(self) -> Columns:
+        """The request table as named numpy arrays (no pandas needed)."""
+        return _as_columns(self._requests)
+
+    @property
+    def step_columns(self) -> Columns:
+        """The step table as named numpy arrays (no pandas needed)."""
+        return _as_columns(self._steps)
 
     @property
     def messages(self) -> list[str]:
@@ -36,8 +66,11 @@ class RunOutput:
         return self.result.log.messages
 
     @property
-    def control(self) -> pd.DataFrame:
-        """The online controller's decisions (one row each; empty without a controller)."""
+    def control(self):
+        """The online controller's decisions, a pandas DataFrame (one row each; empty without a
+        controller)."""
+        import pandas as pd
+
         from simbatch.control import CONTROL_COLUMNS
 
         return pd.DataFrame(self.result.log.control_rows, columns=list(CONTROL_COLUMNS))
@@ -45,6 +78,8 @@ class RunOutput:
     def write(self, out_dir: str | Path) -> None:
         """Write ``summary.json``, ``requests.csv``, ``steps.csv`` and ``run.log`` (all or nothing),
         and with a controller its trajectory, ``control.csv`` and ``control.png``."""
+        from simbatch.report import write_run
+
         extra = {}
         if self.result.log.control_rows:
             from simbatch.control.plot import plot_control
@@ -54,7 +89,15 @@ class RunOutput:
                        if k in ("ttft_ms", "tpot_ms")}
             extra = {"control.csv": lambda p: control.to_csv(p, index=False),
                      "control.png": lambda p: plot_control(control, p, targets)}
+        # The report's CSV writer takes DataFrames (simbatch.report.csv_table).
         write_run(Path(out_dir), self.summary, self.requests, self.steps, self.messages, extra)
+
+
+def _as_columns(table) -> Columns:
+    """A table given as columns or as a DataFrame, as columns."""
+    if isinstance(table, dict):
+        return table
+    return {name: table[name].to_numpy() for name in names(table)}
 
 
 def describe_model(model) -> dict:
@@ -106,7 +149,7 @@ def run(scenario: Scenario) -> RunOutput:
     """Simulate ``scenario`` and compute its metrics."""
     result = simulate(scenario)
     tp = scenario.cluster.tensor_parallel * scenario.cluster.pipeline_parallel  # GPUs per replica
-    requests, steps = request_table(result.log, result.workload), steps_table(result.log)
+    requests, steps = request_columns(result.log, result.workload), step_columns(result.log)
     summary = summarize(result.log, result.workload, slo=scenario.slo.as_dict() or None,
                         peak_flops=result.peak_flops, peak_bandwidth=result.peak_bandwidth,
                         gpus_per_replica=tp, requests=requests, steps=steps)

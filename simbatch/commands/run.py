@@ -21,7 +21,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> None:
-    from simbatch.api import run as run_scenario
+    from simbatch.runs import run as run_scenario
     from simbatch.report import format_summary
 
     scenario = load(args)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 # (column, summary key, statistic or None for a scalar key)
 COMPARISON_COLUMNS = (
@@ -40,8 +39,11 @@ def _value(summary: dict, key: str, stat: str | None) -> float:
     return np.nan if v is None else v
 
 
-def comparison_table(summaries: dict[str, dict]) -> pd.DataFrame:
-    """One row per policy (in the dict's order); a missing value (``None``) becomes NaN."""
+def comparison_table(summaries: dict[str, dict]):
+    """One row per policy (in the dict's order), as a pandas DataFrame; a missing value
+    (``None``) becomes NaN."""
+    import pandas as pd  # here, not at import: ``simbatch run`` never needs it
+
     names = ["policy"] + [c for c, _, _ in COMPARISON_COLUMNS]
     rows = [
         [policy] + [_value(s, key, stat) for _, key, stat in COMPARISON_COLUMNS]

@@ -8,34 +8,35 @@ every transfer that happened.
 
 from __future__ import annotations
 
-import pandas as pd
+import numpy as np
 
+from simbatch.metrics.columns import column
 from simbatch.metrics.summary import _ratio, latency_stats
 
 WAITS = ("prefill_queue_ms", "transfer_wait_ms", "transfer_ms", "decode_queue_ms")
 
 
-def pool_figures(steps: pd.DataFrame, replicas: list[int], duration: float, kv_blocks: int) -> dict:
-    """Busy fraction and peak KV use of the pool made of ``replicas`` (alike, ``kv_blocks`` each)."""
-    mine = steps[steps["replica"].isin(replicas)]
-    busy = float(mine["duration_s"].sum())
-    peak = float(mine["kv_used_blocks"].max()) if len(mine) else 0.0
+def pool_figures(steps, replicas: list[int], duration: float, kv_blocks: int) -> dict:
+    """Busy fraction and peak KV use of the pool made of ``replicas`` (alike, ``kv_blocks`` each);
+    ``steps`` is the run's step table (columns or a DataFrame)."""
+    mine = np.isin(column(steps, "replica"), replicas)
+    busy = float(np.nansum(column(steps, "duration_s")[mine]))
+    peak = float(np.nanmax(column(steps, "kv_used_blocks")[mine])) if mine.any() else 0.0
     return {"busy_frac": _ratio(busy, duration * len(replicas)), "kv_peak_frac": _ratio(peak, kv_blocks)}
 
 
-def disaggregation_summary(requests: pd.DataFrame, steps: pd.DataFrame, duration: float | None,
-                           setup: dict) -> dict:
+def disaggregation_summary(requests, steps, duration: float | None, setup: dict) -> dict:
     """The section: ``setup`` (the run's pools and link, ``RunResult.disaggregation``), the
     transfer count and bytes, wait statistics and per-pool figures (busy, KV peak)."""
     duration = duration or 0.0
-    sent = requests["decode_replica"].to_numpy() >= 0
-    done = requests["completed"].to_numpy() & sent
+    sent = column(requests, "decode_replica") >= 0
+    done = column(requests, "completed", bool) & sent
     out = dict(setup)
     out["num_transfers"] = int(sent.sum())
-    out["kv_bytes_transferred"] = float(requests["kv_bytes"].to_numpy()[sent].sum())
+    out["kv_bytes_transferred"] = float(column(requests, "kv_bytes")[sent].sum())
     for key in WAITS:
-        column = "queue_ms" if key == "prefill_queue_ms" else key
-        out[key] = latency_stats(requests[column].to_numpy()[done])
+        name = "queue_ms" if key == "prefill_queue_ms" else key
+        out[key] = latency_stats(column(requests, name)[done])
     first = 0
     for pool in ("prefill", "decode"):
         info = setup[pool]

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from simbatch.errors import fail
 from simbatch.eventlog import EventLog
+from simbatch.metrics.columns import Columns, to_frame
 from simbatch.workload.request import Workload
 
 REQUEST_COLUMNS = (
@@ -138,8 +138,15 @@ def _check_sizes(log: EventLog, workload: Workload) -> None:
         fail("metrics", f"workload has {len(workload)} requests but the event log has {log.num_requests}")
 
 
-def request_table(log: EventLog, workload: Workload) -> pd.DataFrame:
-    """One row per request in id order: timestamps, token counts and latencies (ms).
+def request_table(log: EventLog, workload: Workload):
+    """One row per request in id order, as a pandas DataFrame: :func:`request_columns`."""
+    return to_frame(request_columns(log, workload))
+
+
+def request_columns(log: EventLog, workload: Workload) -> Columns:
+    """One row per request in id order: timestamps, token counts and latencies (ms), as
+    named numpy columns (:data:`REQUEST_COLUMNS`, then a disaggregated run's
+    :data:`DISAGGREGATION_COLUMNS`).
 
     A latency is NaN when a timestamp it needs is missing (never scheduled,
     no token yet, unfinished); ``tpot_ms`` and ``itl_mean_ms`` need at least
@@ -148,7 +155,7 @@ def request_table(log: EventLog, workload: Workload) -> pd.DataFrame:
     _check_sizes(log, workload)
     n = log.num_requests
     arrival, finish, first_tok = log.arrival_s, log.finish_s, log.first_token_s
-    emitted = np.asarray(log.num_emitted, dtype=np.int64)
+    emitted = np.array(log.num_emitted, dtype=np.int64)
     completed = ~np.isnan(finish)
     with np.errstate(invalid="ignore", divide="ignore"):
         # TPOT as vLLM: (E2EL - TTFT) / (output tokens - 1), only for > 1 token.
@@ -158,13 +165,13 @@ def request_table(log: EventLog, workload: Workload) -> pd.DataFrame:
         itl_mean = np.where(n_tok > 1, (t_last - t_first) / (n_tok - 1), np.nan)
     cols = {
         "id": np.arange(n, dtype=np.int64),
-        "arrival_s": arrival,
-        "prompt_tokens": np.asarray(workload.prompt_tokens, dtype=np.int64),
-        "output_tokens": np.asarray(workload.output_tokens, dtype=np.int64),
-        "replica": np.asarray(log.replica, dtype=np.int64),
-        "first_scheduled_s": log.first_scheduled_s,
-        "first_token_s": first_tok,
-        "finish_s": finish,
+        "arrival_s": np.array(arrival, dtype=np.float64),  # copies: the table outlives changes to the log
+        "prompt_tokens": np.array(workload.prompt_tokens, dtype=np.int64),
+        "output_tokens": np.array(workload.output_tokens, dtype=np.int64),
+        "replica": np.array(log.replica, dtype=np.int64),
+        "first_scheduled_s": np.array(log.first_scheduled_s, dtype=np.float64),
+        "first_token_s": np.array(first_tok, dtype=np.float64),
+        "finish_s": np.array(finish, dtype=np.float64),
         "num_output_tokens": emitted,
         "completed": completed,
         "ttft_ms": (first_tok - arrival) * 1e3,
@@ -172,13 +179,11 @@ def request_table(log: EventLog, workload: Workload) -> pd.DataFrame:
         "e2el_ms": (finish - arrival) * 1e3,
         "queue_ms": (log.first_scheduled_s - arrival) * 1e3,
         "itl_mean_ms": itl_mean * 1e3,
-        "preemptions": np.asarray(log.num_preemptions, dtype=np.int64),
+        "preemptions": np.array(log.num_preemptions, dtype=np.int64),
     }
-    names = list(REQUEST_COLUMNS)
     if log.decode_replica is not None:  # a disaggregated run: its handoff columns too
         cols.update(disaggregation_columns(log))
-        names += DISAGGREGATION_COLUMNS
-    return pd.DataFrame(cols, columns=names)
+    return cols
 
 
 # Request columns a disaggregated run adds (``queue_ms`` is then the prefill queue wait).
@@ -189,9 +194,9 @@ def disaggregation_columns(log: EventLog) -> dict[str, np.ndarray]:
     """Per request of a disaggregated run: its decode replica, how long its KV waited for the
     link after the first token, the transfer, the wait in the decode queue, the bytes sent."""
     return {
-        "decode_replica": np.asarray(log.decode_replica, dtype=np.int64),
+        "decode_replica": np.array(log.decode_replica, dtype=np.int64),
         "transfer_wait_ms": (log.transfer_start_s - log.first_token_s) * 1e3,
         "transfer_ms": (log.transfer_end_s - log.transfer_start_s) * 1e3,
         "decode_queue_ms": (log.decode_start_s - log.transfer_end_s) * 1e3,
-        "kv_bytes": np.asarray(log.kv_bytes, dtype=np.float64),
+        "kv_bytes": np.array(log.kv_bytes, dtype=np.float64),
     }

@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 
 from simbatch.errors import fail
 from simbatch.eventlog import EventLog
-from simbatch.metrics.requests import itl_pool, request_table, token_runs
+from simbatch.metrics.columns import Columns, column, num_rows, to_frame
+from simbatch.metrics.requests import itl_pool, request_columns, token_runs
 from simbatch.prefix_cache import prefix_cache_summary
 from simbatch.workload.request import Workload
 
@@ -102,9 +102,15 @@ def weighted_latency_stats(values, counts) -> dict:
     return _stats(float(np.dot(v, c)) / n, *pcts)
 
 
-def steps_table(log: EventLog) -> pd.DataFrame:
+def steps_table(log: EventLog):
+    """The per-step table as a pandas DataFrame: :func:`step_columns`."""
+    return to_frame(step_columns(log))
+
+
+def step_columns(log: EventLog) -> Columns:
     """The per-step columns in recording order, plus ``step`` (number on its replica) and ``end_s``."""
     t = log.step_table()
+    # The log's own read-only views, not copies: a million-request run logs millions of steps.
     cols = {c: np.asarray(t[c]) for c in log.STEP_COLUMNS}
     replica = cols["replica"].astype(np.int64)
     cols["replica"] = replica
@@ -117,57 +123,63 @@ def steps_table(log: EventLog) -> pd.DataFrame:
     cols["step"] = step
     cols["end_s"] = cols["start_s"].astype(np.float64) + cols["duration_s"].astype(np.float64)
     names = ["replica", "step", "start_s", "end_s"] + [c for c in log.STEP_COLUMNS if c not in ("replica", "start_s")]
-    return pd.DataFrame(cols, columns=names)
+    return {name: cols[name] for name in names}
 
 
-def slo_attaining(req: pd.DataFrame, slo: dict) -> int:
-    """Requests that completed and met every given target (a 1-token request has no TPOT: passes)."""
-    ok = req["completed"].to_numpy().copy()
+def _total(table, name: str) -> float:
+    """Sum of a column, NaN skipped (as pandas' ``Series.sum``)."""
+    return float(np.nansum(column(table, name)))
+
+
+def slo_attaining(req, slo: dict) -> int:
+    """Requests of the table ``req`` (columns or a DataFrame) that completed and met every given
+    target (a 1-token request has no TPOT: passes)."""
+    ok = column(req, "completed", bool).copy()
     for key, target in slo.items():
         if key not in SLO_KEYS:
             fail("slo", f"unknown metric {key!r}; use any of {', '.join(SLO_KEYS)}")
-        v = req[key].to_numpy()
+        v = column(req, key)
         ok &= (v <= float(target)) | (np.isnan(v) if key == "tpot_ms" else False)
     return int(ok.sum())
 
 
-def _duration(log: EventLog, steps: pd.DataFrame) -> float:
+def _duration(log: EventLog, steps) -> float:
     """End of the run (last finish or last step end, whichever is later) minus the first arrival."""
     candidates = [0.0]
     if np.any(~np.isnan(log.finish_s)):
         candidates.append(float(np.nanmax(log.finish_s)))
-    if len(steps):
-        candidates.append(float(steps["end_s"].max()))
+    if num_rows(steps):
+        candidates.append(float(np.nanmax(column(steps, "end_s"))))
     t0 = float(np.nanmin(log.arrival_s)) if np.any(~np.isnan(log.arrival_s)) else 0.0
     return max(candidates) - t0
 
 
-def _busy_peak(steps: pd.DataFrame, busy: float, peak) -> float:
+def _busy_peak(steps, busy: float, peak) -> float:
     """Busy seconds x peak rate: ``peak`` is one number, or a list with each replica's (mixed GPUs)."""
     if np.ndim(peak) == 0:
         return busy * peak
-    per_step = np.asarray(peak, dtype=np.float64)[steps["replica"].to_numpy()]
-    return float(np.dot(steps["duration_s"].to_numpy(dtype=np.float64), per_step))
+    per_step = np.asarray(peak, dtype=np.float64)[column(steps, "replica")]
+    return float(np.dot(column(steps, "duration_s", np.float64), per_step))
 
 
-def _step_metrics(log: EventLog, steps: pd.DataFrame, duration: float, peak_flops: float,
+def _step_metrics(log: EventLog, steps, duration: float, peak_flops: float,
                   peak_bandwidth: float, gpus: int) -> dict:
     """Padding waste, slot use, busy fraction, MFU/MBU (while busy) and KV peak from the step columns."""
-    busy = float(steps["duration_s"].sum())
-    kept = float(steps["prefill_tokens"].sum() + steps["decode_tokens"].sum())
-    padded = float(steps["padded_tokens"].sum())
+    busy = _total(steps, "duration_s")
+    kept = float(np.sum(column(steps, "prefill_tokens")) + np.sum(column(steps, "decode_tokens")))
+    padded = _total(steps, "padded_tokens")
     # A padded batch computes a row for every slot until its longest request is done.
-    seats, slots = float(steps["num_seqs"].sum()), float(steps["num_slots"].sum())
+    seats, slots = _total(steps, "num_seqs"), _total(steps, "num_slots")
     # useful_flops/bytes are per GPU: the replica's gpus do that much each, against
     # gpus x peak, so ``gpus`` cancels; it is kept to state the formula fully.
-    flops = float(steps["useful_flops"].sum()) * gpus
-    nbytes = float(steps["useful_bytes"].sum()) * gpus
+    flops = _total(steps, "useful_flops") * gpus
+    nbytes = _total(steps, "useful_bytes") * gpus
     cap = np.asarray(log.kv_capacity_blocks, dtype=np.float64)
-    step_cap = cap[steps["replica"].to_numpy()]
+    step_cap = cap[column(steps, "replica")]
     known = step_cap > 0  # a replica with no stated capacity has no fraction
     kv_peak = None
     if known.any():
-        kv_peak = _num((steps["kv_used_blocks"].to_numpy()[known] / step_cap[known]).max())
+        kv_peak = _num((column(steps, "kv_used_blocks")[known] / step_cap[known]).max())
     return {
         "padding_waste_frac": _ratio(padded, kept + padded),
         "slot_use_frac": _ratio(seats, slots),
@@ -179,24 +191,24 @@ def _step_metrics(log: EventLog, steps: pd.DataFrame, duration: float, peak_flop
 
 
 def summarize(log: EventLog, workload: Workload, *, slo: dict | None = None, peak_flops,
-              peak_bandwidth, gpus_per_replica: int = 1, requests: pd.DataFrame | None = None,
-              steps: pd.DataFrame | None = None) -> dict:
+              peak_bandwidth, gpus_per_replica: int = 1, requests=None, steps=None) -> dict:
     """The run's summary dict, keys exactly :data:`SUMMARY_KEYS` in that order (see docs/metrics.md).
 
     ``peak_flops`` and ``peak_bandwidth`` are per GPU: one number, or a list with
     each replica's when the cluster mixes GPUs. ``requests`` / ``steps``: the
-    run's :func:`request_table` / :func:`steps_table` when the caller has them
-    already (a million-request run would otherwise build each twice).
+    run's :func:`~simbatch.metrics.requests.request_columns` / :func:`step_columns` (or
+    the DataFrames of :func:`request_table` / :func:`steps_table`) when the caller has
+    them already (a million-request run would otherwise build each twice).
     """
     if not (np.all(np.asarray(peak_flops) > 0) and np.all(np.asarray(peak_bandwidth) > 0)
             and gpus_per_replica >= 1):
         fail("summarize", "peak_flops and peak_bandwidth must be > 0 and gpus_per_replica >= 1")
-    req = request_table(log, workload) if requests is None else requests
-    steps = steps_table(log) if steps is None else steps
-    done = req["completed"].to_numpy()
+    req = request_columns(log, workload) if requests is None else requests
+    steps = step_columns(log) if steps is None else steps
+    done = column(req, "completed", bool)
     duration = _duration(log, steps)
-    out_tokens = float(req["num_output_tokens"].to_numpy()[done].sum())
-    in_tokens = float(req["prompt_tokens"].to_numpy()[done].sum())
+    out_tokens = float(column(req, "num_output_tokens")[done].sum())
+    in_tokens = float(column(req, "prompt_tokens")[done].sum())
     attaining = slo_attaining(req, slo) if slo else None
     gaps, counts = itl_pool(token_runs(log), done)
     s = {
@@ -215,6 +227,6 @@ def summarize(log: EventLog, workload: Workload, *, slo: dict | None = None, pea
         if key == "itl_ms":
             s[key] = weighted_latency_stats(gaps * 1e3, counts)
         else:
-            s[key] = latency_stats(req[key].to_numpy()[done])
+            s[key] = latency_stats(column(req, key)[done])
     s["prefix_cache"] = prefix_cache_summary(getattr(log, "prefix_cache", None), workload.prompt_tokens)
     return {k: s[k] for k in SUMMARY_KEYS}

@@ -10,8 +10,12 @@ both are. Percentiles are :func:`~simbatch.metrics.summary.latency_stats`'
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from simbatch.metrics.summary import latency_stats, slo_attaining
 
