@@ -1,7 +1,9 @@
 """Candidate configurations, and the one run (probe) a capacity search is made of.
 
-A candidate is a policy on a GPU with a model, a tensor-parallel degree and a
-replica count; every combination of the lists given is one candidate. A
+A candidate is a policy on a GPU with a model, a tensor-parallel degree,
+pipeline stages and a replica count, colocated or split into prefill and
+decode pools (each with its own layout); every combination of the lists given
+is one candidate. A
 probe runs the scenario as that candidate with its workload replayed at
 ``scale`` x the recorded rate and with one seed, and returns a small flat
 record (not the run itself: records travel back from worker processes).
@@ -24,12 +26,24 @@ MIDDLE_TRIM = 0.1  # the keep-up check looks at the middle 80 % of requests (see
 
 
 @dataclass(frozen=True)
+class PoolShape:
+    """One side of a ``--splits`` item: ``count`` replicas of the pool per unit, each of
+    ``tp`` x ``pp`` GPUs when given (None: the scenario's pool's own, else the candidate's)."""
+
+    count: int
+    tp: int | None = None
+    pp: int | None = None
+
+
+@dataclass(frozen=True)
 class Candidate:
     """One configuration. ``hardware`` / ``model`` None: the scenario's own (a mapping).
 
-    ``split`` (prefill, decode) makes it prefill/decode disaggregated: each of its
-    ``replicas`` units is ``prefill`` prefill replicas plus ``decode`` decode replicas
-    (all of TP ``tp``), so sizing scales both pools together, in that ratio.
+    A replica runs ``tp`` x ``pp`` GPUs (``pp`` pipeline stages of ``tp`` each). ``split``
+    (prefill, decode) makes it prefill/decode disaggregated: each of its ``replicas`` units
+    is ``prefill`` prefill replicas plus ``decode`` decode replicas, so sizing scales both
+    pools together, in that ratio; ``pools`` holds each pool's (tp, pp) when they are not
+    both (``tp``, ``pp``).
     """
 
     policy: str
@@ -38,26 +52,54 @@ class Candidate:
     tp: int
     replicas: int
     split: tuple[int, int] | None = None
+    pp: int = 1
+    pools: tuple[tuple[int, int], tuple[int, int]] | None = None
+
+    @property
+    def pool_layouts(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """(tp, pp) of a prefill and of a decode replica (the candidate's own unless ``pools``)."""
+        return self.pools or ((self.tp, self.pp), (self.tp, self.pp))
 
     @property
     def gpus_per_replica(self) -> int:
-        """GPUs of one replica (one unit of a split candidate)."""
-        return self.tp * (sum(self.split) if self.split else 1)
+        """GPUs of one replica (one unit of a split candidate: every replica of both pools,
+        each tensor parallel x pipeline stages)."""
+        if not self.split:
+            return self.tp * self.pp
+        return sum(n * tp * pp for n, (tp, pp) in zip(self.split, self.pool_layouts))
+
+    @property
+    def layout_name(self) -> str:
+        """``tp2`` or ``tp8pp2``: a replica's layout; empty for a split whose pools differ
+        from it (its :attr:`split_name` names both)."""
+        return "" if self.pools else _layout(self.tp, self.pp)
 
     @property
     def split_name(self) -> str:
-        """``2P+2D`` for a split candidate, ``colocated`` otherwise."""
-        return f"{self.split[0]}P+{self.split[1]}D" if self.split else "colocated"
+        """``2P+2D`` for a split candidate (``1P(tp2)+3D(tp1pp2)`` when its pools have their
+        own layouts), ``colocated`` otherwise."""
+        if not self.split:
+            return "colocated"
+        if not self.pools:
+            return f"{self.split[0]}P+{self.split[1]}D"
+        (p, d), (lp, ld) = self.split, self.pools
+        return f"{p}P({_layout(*lp)})+{d}D({_layout(*ld)})"
 
     def label(self, gpu_name: str | None = None) -> str:
         """``continuous on a100-80gb tp1 x2`` (``... x2 of 1P+3D`` when split)."""
         model = f" {self.model}" if self.model else ""
+        layout = f" {self.layout_name}" if self.layout_name else ""
         split = f" of {self.split_name}" if self.split else ""
-        return f"{self.policy} on {self.hardware or gpu_name or 'custom'}{model} tp{self.tp} x{self.replicas}{split}"
+        return f"{self.policy} on {self.hardware or gpu_name or 'custom'}{model}{layout} x{self.replicas}{split}"
 
     def with_replicas(self, n: int) -> Candidate:
         """The same configuration with ``n`` replicas."""
         return replace(self, replicas=n)
+
+
+def _layout(tp: int, pp: int) -> str:
+    """``tp2``, or ``tp2pp2`` with pipeline stages."""
+    return f"tp{tp}" + (f"pp{pp}" if pp > 1 else "")
 
 
 @dataclass(frozen=True)
@@ -73,20 +115,44 @@ class Probe:
 
 def expand(scenario: Scenario, policies: list[str], hardware: list[str] | None, models: list[str] | None,
            tps: list[int] | None, replicas: list[int] | None,
-           splits: list[tuple[int, int] | None] | None = None) -> list[Candidate]:
+           splits: list | None = None, pps: list[int] | None = None) -> list[Candidate]:
     """Every combination of the lists; a list left None takes the scenario's value (``splits``:
-    colocated only; ``None`` in it stands for colocated)."""
+    colocated only). A ``splits`` item is None (colocated), (prefill, decode) replica counts, or
+    two :class:`PoolShape`; a pool's layout is its shape's, else the scenario's pool's own
+    (``disaggregation.<pool>.tensor_parallel`` / ``pipeline_parallel``), else the candidate's.
+    A split whose pools both fix a layout is one candidate whatever ``tps`` / ``pps`` say."""
     d = scenario.data
     hardware = hardware or [_preset_name(d["hardware"])]
     models = models or [_preset_name(d["model"])]
     tps = tps or [scenario.cluster.tensor_parallel]
+    pps = pps or [scenario.cluster.pipeline_parallel]
     replicas = replicas or [scenario.cluster.replicas]
-    for name, values in (("--tp", tps), ("--replicas", replicas)):
+    for name, values in (("--tp", tps), ("--pp", pps), ("--replicas", replicas)):
         bad = [v for v in values if v < 1]
         if bad:
             raise SimbatchError(name, f"expected positive integers, got {bad[0]}")
-    return [Candidate(p, h, m, t, r, sp)
-            for p, h, m, t, r, sp in itertools.product(policies, hardware, models, tps, replicas, splits or [None])]
+    out: dict[tuple, Candidate] = {}
+    for p, h, m, t, q, r, sp in itertools.product(policies, hardware, models, tps, pps, replicas, splits or [None]):
+        cand = _candidate(scenario, Candidate(p, h, m, t, r, pp=q), sp)
+        key = (p, h, m, r, cand.split, cand.pool_layouts) if cand.split else cand
+        out.setdefault(key, cand)
+    return list(out.values())
+
+
+def _candidate(scenario: Scenario, base: Candidate, split) -> Candidate:
+    """``base`` as split ``split`` says (None: colocated), its pools' layouts resolved."""
+    if split is None:
+        return base
+    shapes = [s if isinstance(s, PoolShape) else PoolShape(int(s)) for s in split]
+    section = scenario.data.get("disaggregation") or {}
+    layouts = []
+    for name, shape in zip(("prefill", "decode"), shapes):
+        own = section.get(name) if isinstance(section.get(name), dict) else {}
+        layouts.append((shape.tp or own.get("tensor_parallel") or base.tp,
+                        shape.pp or own.get("pipeline_parallel") or base.pp))
+    pools = tuple(layouts)
+    return replace(base, split=(shapes[0].count, shapes[1].count),
+                   pools=None if pools == ((base.tp, base.pp),) * 2 else pools)
 
 
 def _preset_name(value) -> str | None:
@@ -111,12 +177,14 @@ def candidate_scenario(scenario: Scenario, cand: Candidate, scale: float, seed: 
         data["hardware"] = cand.hardware
     if cand.model:
         data["model"] = cand.model
-    data["cluster"] = {**(data.get("cluster") or {}), "tensor_parallel": cand.tp, "replicas": cand.replicas}
+    data["cluster"] = {**(data.get("cluster") or {}), "tensor_parallel": cand.tp, "replicas": cand.replicas,
+                       "pipeline_parallel": cand.pp}
     dis = data.get("disaggregation")
-    if cand.split:  # the scenario's link and pool settings, these sizes
+    if cand.split:  # the scenario's link and pool settings, these sizes and layouts
         dis = dict(dis or {"link": "nvlink"})
-        for pool, count in zip(("prefill", "decode"), cand.split):
-            dis[pool] = {**(dis.get(pool) or {}), "replicas": count * cand.replicas, "tensor_parallel": cand.tp}
+        for pool, count, (tp, pp) in zip(("prefill", "decode"), cand.split, cand.pool_layouts):
+            dis[pool] = {**(dis.get(pool) or {}), "replicas": count * cand.replicas, "tensor_parallel": tp,
+                         "pipeline_parallel": pp}
         data["disaggregation"] = {**dis, "enabled": True}
     elif dis is not None:
         data["disaggregation"] = {**dis, "enabled": False}  # a colocated candidate is colocated

@@ -198,7 +198,7 @@ class Prober:
         rows = []
         for (c, k, s), (record, v) in self.records.items():
             rows.append({"policy": c.policy, "hardware": gpu_names[c.with_replicas(1)], "model": c.model or "",
-                         "tp": c.tp, "replicas": c.replicas, "split": c.split_name, "scale": k,
+                         "tp": c.tp, "pp": c.pp, "replicas": c.replicas, "split": c.split_name, "scale": k,
                          "rate": k * base_rate, "seed": s,
                          **record, "holds": v.holds, "why_not": "; ".join(v.reasons)})
         return rows
@@ -286,20 +286,33 @@ def check_candidates(scenario: Scenario, candidates: list[Candidate], workloads:
     too little KV memory for the longest request), or a TP degree the model
     cannot split into, only skips that candidate.
     """
-    from simbatch.engine.setup import build_backend, check_requests_fit, kv_blocks_per_replica
     names, skipped = {}, {}
     for c in candidates:
         sc = candidate_scenario(scenario, c, 1.0, scenario.seed)
-        gpu, model = sc.gpu, sc.model
-        names[c] = names[c.with_replicas(1)] = gpu.name
+        names[c] = names[c.with_replicas(1)] = sc.gpu.name
         try:
-            build_backend(sc)  # the candidate's TP degree is in sc.cluster
-            blocks = kv_blocks_per_replica(sc, model, gpu)
-            for w in workloads:
-                check_requests_fit(w, sc, blocks, model)
+            _check_runs(sc, workloads)
         except SimbatchError as exc:
             skipped[c] = exc.cause
     if len(skipped) == len(candidates):
         c = candidates[0]
         raise SimbatchError(f"capacity: {c.label(names[c])}", f"no candidate can run: {skipped[c]}")
     return names, skipped
+
+
+def _check_runs(sc: Scenario, workloads: list) -> None:
+    """Build a candidate's scenario ``sc`` as a run would (the colocated replicas, or both pools
+    at their own TP and pipeline stages) and check every request of ``workloads`` fits."""
+    from simbatch.engine.disaggregation.build import build_pools, check_pools_fit
+    from simbatch.engine.setup import build_backend, check_requests_fit, kv_blocks_per_replica
+
+    model = sc.model
+    if sc.is_disaggregated:
+        pools = build_pools(sc, model)
+        for w in workloads:
+            check_pools_fit(w, sc, pools)
+        return
+    build_backend(sc)  # the candidate's TP degree and stages are in sc.cluster
+    blocks = kv_blocks_per_replica(sc, model, sc.gpu)
+    for w in workloads:
+        check_requests_fit(w, sc, blocks, model)

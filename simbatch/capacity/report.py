@@ -46,10 +46,12 @@ def _row(result: CapacityResult, b: Boundary, prices: dict[str, float]) -> dict:
     price = prices.get(gpu.lower(), math.nan)
     gpus = c.gpus_per_replica * c.replicas
     max_rate = b.lo * base if b.lo else math.nan
+    (prefill_tp, prefill_pp), (decode_tp, decode_pp) = c.pool_layouts if c.split else ((None, None),) * 2
     row = {
-        "policy": c.policy, "hardware": gpu, "model": c.model or "", "tp": c.tp, "replicas": c.replicas,
-        "split": c.split_name,
-        "gpus": gpus, "max_rate": max_rate, "max_rate_per_gpu": max_rate / gpus,
+        "policy": c.policy, "hardware": gpu, "model": c.model or "", "tp": c.tp, "pp": c.pp,
+        "layout": c.layout_name, "replicas": c.replicas, "split": c.split_name,
+        "prefill_tp": prefill_tp, "prefill_pp": prefill_pp, "decode_tp": decode_tp, "decode_pp": decode_pp,
+        "gpus_per_replica": c.gpus_per_replica, "gpus": gpus, "max_rate": max_rate, "max_rate_per_gpu": max_rate / gpus,
         "fail_rate": b.hi * base if b.hi else math.nan, "scale_lo": b.lo, "scale_hi": b.hi,
         "usd_per_gpu_hour": price, "usd_per_hour": gpus * price,
         "usd_per_hour_per_req_s": gpus * price / max_rate if max_rate > 0 else math.nan,
@@ -84,7 +86,8 @@ def format_table(table: pd.DataFrame, with_target: bool) -> str:
     for r in table.to_dict("records"):
         model = f" {r['model']}" if r["model"] else ""
         split = f" of {r['split']}" if r.get("split", "colocated") != "colocated" else ""
-        name = f"{r['rank']:>2}. {r['policy']} on {r['hardware']}{model} tp{r['tp']} x{r['replicas']}{split}"
+        layout = f" {r['layout']}" if r["layout"] else ""
+        name = f"{r['rank']:>2}. {r['policy']} on {r['hardware']}{model}{layout} x{r['replicas']}{split}"
         rows.append([name] + [f(r.get(col)) for _, col, f in view])
     return render(["configuration"] + [h for h, _, _ in view], rows)
 
@@ -104,7 +107,8 @@ def explain_boundary(b: Boundary, base_rate: float, gpu_name: str) -> str:
 def explain_sizing(s: Sizing, target_rate: float, gpu_name: str) -> str:
     """``for 10 req/s: continuous on a100-80gb tp1 needs 3 replicas (guess 3); 2 fail: ...``."""
     split = f" as {s.group.split_name}" if s.group.split else ""
-    head = f"{s.group.policy} on {gpu_name}{' ' + s.group.model if s.group.model else ''} tp{s.group.tp}{split}"
+    layout = f" {s.group.layout_name}" if s.group.layout_name else ""
+    head = f"{s.group.policy} on {gpu_name}{' ' + s.group.model if s.group.model else ''}{layout}{split}"
     if s.replicas is None:
         return f"for {fmt_num(target_rate)} req/s: {head}: {s.note}"
     why = f"; {s.replicas - 1} fail: {_why(s.below)}" if s.below else ""
@@ -124,12 +128,13 @@ def explain_per_gpu(s: Sizing, target_rate: float, one_replica_rate: float) -> s
         return ""
     gpus = s.replicas * s.group.gpus_per_replica
     per_gpu, alone = target_rate / gpus, one_replica_rate / s.group.gpus_per_replica
-    head = f"  per GPU: {fmt_num(per_gpu)} req/s at {s.replicas} replicas against {fmt_num(alone)} for one alone: "
+    unit = "units" if s.group.split else "replicas"  # a split candidate's unit: both pools' replicas
+    head = f"  per GPU: {fmt_num(per_gpu)} req/s at {s.replicas} {unit} against {fmt_num(alone)} for one alone: "
     if per_gpu > 1.05 * alone:
         return head + ("the router splits the arrivals, so each replica sees smaller bursts than one replica "
                        "taking them all, and runs nearer its limit before the tail breaks the SLO")
     if per_gpu < 0.95 * alone:
-        return head + (f"replicas come whole and {s.replicas - 1} did not hold, so each runs below its limit "
+        return head + (f"{unit} come whole and {s.replicas - 1} did not hold, so each runs below its limit "
                        f"(the rest is headroom)")
     return ""
 

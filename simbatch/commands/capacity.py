@@ -22,11 +22,14 @@ def add_arguments(p) -> None:
     p.add_argument("--hardware", help="comma-separated GPU presets (default: the scenario's)")
     p.add_argument("--model", help="comma-separated model presets (default: the scenario's)")
     p.add_argument("--tp", help="comma-separated tensor-parallel degrees (default: the scenario's)")
+    p.add_argument("--pp", help="comma-separated pipeline stages per replica (default: the scenario's)")
     p.add_argument("--replicas", help="comma-separated replica counts (default: the scenario's)")
     p.add_argument("--splits", help="comma-separated layouts: colocated, or P:D for prefill/decode "
                                     "disaggregation with P prefill and D decode replicas per unit, e.g. "
-                                    "colocated,1:1,1:3 (default: colocated; link and pool settings from the "
-                                    "scenario's disaggregation section, else NVLink)")
+                                    "colocated,1:1,1:3; a side may name its replicas' layout, e.g. "
+                                    "1tp2:2tp1pp2 (default: colocated; link and pool settings from the "
+                                    "scenario's disaggregation section, else NVLink; a side without its own "
+                                    "tp/pp takes its pool's in the scenario, else --tp/--pp)")
     p.add_argument("--seeds", help="comma-separated seeds; a rate holds only if it holds for all "
                                    "(default: 3 for a random workload, 1 for a fixed trace)")
     p.add_argument("--tolerance", type=float, default=0.05,
@@ -56,7 +59,8 @@ def run(args) -> None:
     hardware = _names(args.hardware, "--hardware", "hardware")
     models = _names(args.model, "--model", "model")
     candidates = expand(scenario, _policies(args.policies), hardware, models,
-                        _ints(args.tp, "--tp"), _ints(args.replicas, "--replicas"), _splits(args.splits))
+                        _ints(args.tp, "--tp"), _ints(args.replicas, "--replicas"), _splits(args.splits),
+                        _ints(args.pp, "--pp"))
     seeds = _ints(args.seeds, "--seeds", minimum=0) or default_seeds(scenario)
     prices = price_table(args.price, args.prices, known=_gpu_names(scenario, hardware))
     print(f"{scenario.name}: SLO {slo.describe()}; seeds {','.join(map(str, seeds))}; "
@@ -109,8 +113,9 @@ def _print_explanations(result, table) -> None:
     if result.target_rate and len(table) and table["target_usd_per_hour"].notna().any():
         best = table.iloc[0]
         unit = "replica(s)" if best.get("split", "colocated") == "colocated" else f"unit(s) of {best['split']}"
-        print(f"cheapest for {fmt_num(result.target_rate)} req/s: {best['policy']} on {best['hardware']} "
-              f"tp{best['tp']} x {int(best['target_replicas'])} {unit} = {int(best['target_gpus'])} GPU(s), "
+        layout = f" {best['layout']}" if best["layout"] else ""
+        print(f"cheapest for {fmt_num(result.target_rate)} req/s: {best['policy']} on {best['hardware']}"
+              f"{layout} x {int(best['target_replicas'])} {unit} = {int(best['target_gpus'])} GPU(s), "
               f"${best['target_usd_per_hour']:.2f}/hour at ${best['usd_per_gpu_hour']:.2f}/GPU-hour "
               f"(preset prices are indicative; see --price)")
 
@@ -136,18 +141,33 @@ def _names(text: str | None, flag: str, what: str) -> list[str] | None:
     return [get(n, flag).name for n in names] or None
 
 
-def _splits(text: str | None) -> list[tuple[int, int] | None] | None:
-    """``colocated,1:3`` -> [None, (1, 3)]; bad items are one-line errors naming ``--splits``."""
-    out: list[tuple[int, int] | None] = []
+def _splits(text: str | None) -> list | None:
+    """``colocated,1:3,1tp2:2tp1pp2`` -> [None, (1, 3), (PoolShape(1, 2), PoolShape(2, 1, 2))];
+    bad items are one-line errors naming ``--splits``."""
+    out: list = []
     for item in comma_list(text, "--splits") or []:
         if item == "colocated":
             out.append(None)
             continue
-        p, sep, d = item.partition(":")
-        if not (sep and p.isdigit() and d.isdigit() and int(p) >= 1 and int(d) >= 1):
-            raise SimbatchError("--splits", f"expected colocated or P:D with positive integers, got {item!r}")
-        out.append((int(p), int(d)))
+        sides = [_pool_shape(side) for side in item.split(":")]
+        if len(sides) != 2 or None in sides:
+            raise SimbatchError("--splits", f"expected colocated or P:D with positive integers, each optionally "
+                                            f"with its layout (e.g. 1tp2:2tp1pp2), got {item!r}")
+        out.append(tuple(sides) if any(s.tp or s.pp for s in sides) else (sides[0].count, sides[1].count))
     return out or None
+
+
+def _pool_shape(text: str):
+    """``2tp1pp2`` -> PoolShape(2, 1, 2); None unless every number is a positive integer."""
+    import re
+
+    from simbatch.capacity.candidates import PoolShape
+
+    m = re.fullmatch(r"(\d+)(?:tp(\d+))?(?:pp(\d+))?", text.strip())
+    if not m or any(v is not None and int(v) < 1 for v in m.groups()):
+        return None
+    count, tp, pp = (int(v) if v is not None else None for v in m.groups())
+    return PoolShape(count, tp, pp)
 
 
 def _ints(text: str | None, flag: str, minimum: int = 1) -> list[int] | None:

@@ -88,6 +88,19 @@ def check_pool_fits(workload: Workload, scenario: Scenario, pool: PoolSetup, tok
             f"or use more memory")
 
 
+def build_pools(scenario: Scenario, model: ModelSpec) -> list[PoolSetup]:
+    """The prefill pool and the decode pool, built and checked (:func:`build_pool`)."""
+    return [build_pool(scenario, model, i, name) for i, name in enumerate(POOLS)]
+
+
+def check_pools_fit(workload: Workload, scenario: Scenario, pools: list[PoolSetup]) -> None:
+    """Every request's prompt and first token fit a prefill replica, its prompt and output a
+    decode replica (:func:`check_pool_fits`)."""
+    prompt, max_context = workload.prompt_tokens, scenario.model.max_context
+    check_pool_fits(workload, scenario, pools[0], held_tokens(scenario, prompt, 1, max_context))
+    check_pool_fits(workload, scenario, pools[1], held_tokens(scenario, prompt, workload.output_tokens, max_context))
+
+
 def build_replicas(env, scenario: Scenario, pools: list[PoolSetup], log: EventLog, seqs: list,
                    fast_forward: bool, max_context: int) -> tuple[list[list], list]:
     """Each pool's replicas (own KV cache and policy) and its router."""
@@ -172,10 +185,8 @@ def run_pools(scenario: Scenario, fast_forward: bool = True) -> tuple[RunResult,
     check_fits_in_memory(len(workload), scenario.where("workload"),
                          num_replicas=dis.prefill.replicas + dis.decode.replicas,
                          replicas_where=scenario.where("disaggregation"))
-    pools = [build_pool(scenario, model, i, name) for i, name in enumerate(POOLS)]
-    check_pool_fits(workload, scenario, pools[0], held_tokens(scenario, workload.prompt_tokens, 1, model.max_context))
-    check_pool_fits(workload, scenario, pools[1],
-                    held_tokens(scenario, workload.prompt_tokens, workload.output_tokens, model.max_context))
+    pools = build_pools(scenario, model)
+    check_pools_fit(workload, scenario, pools)
 
     log = EventLog(len(workload), sum(p.count for p in pools))
     log.enable_disaggregation()
