@@ -124,6 +124,21 @@ def test_the_kv_transfer_runs_over_as_many_lanes_as_its_busiest_gpu_allows(prefi
     assert out.requests["transfer_ms"][0] == pytest.approx(want * 1e3, rel=1e-12)
 
 
+@pytest.mark.parametrize("transfer", ["push", "pull"])
+def test_the_fast_path_gives_identical_results_on_pipeline_pools(transfer):
+    from simbatch.engine.simulation import simulate
+
+    data = scenario_data(prefill={"replicas": 1, "pipeline_parallel": 2},
+                         decode={"replicas": 2, "pipeline_parallel": 2, "micro_batches": 4,
+                                 "hardware": {"base": "a100-80gb", "memory_bytes": 16 * 2**30}}, transfer=transfer)
+    sc = from_dict(data)
+    fast, slow = simulate(sc).log, simulate(sc, fast_forward=False).log
+    for name in ("first_token_s", "finish_s", "transfer_start_s", "transfer_end_s", "decode_start_s"):
+        assert np.array_equal(getattr(fast, name), getattr(slow, name), equal_nan=True), name
+    for column, values in fast.step_table().items():
+        assert np.array_equal(values, slow.step_table()[column]), column
+
+
 def test_cluster_pipeline_fields_are_the_pools_defaults():
     data = one_request(prefill={"pipeline_parallel": 1})
     data["cluster"] = {"replicas": 2, "pipeline_parallel": 2, "pipeline_schedule": "drain"}
