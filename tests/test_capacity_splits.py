@@ -76,7 +76,8 @@ def test_a_pool_without_a_layout_in_splits_keeps_the_scenarios_own():
 def test_colocated_pipeline_candidates_count_tp_times_pp():
     sc = tiny(cluster={"pipeline_parallel": 2})
     cands = expand(sc, ["continuous"], None, None, [2], [3], None)
-    assert [(c.pp, c.gpus_per_replica, c.label()) for c in cands] == [(2, 4, "continuous on a100-80gb llama-2-7b tp2pp2 x3")]
+    assert [(c.pp, c.gpus_per_replica, c.label()) for c in cands] == [
+        (2, 4, "continuous on a100-80gb llama-2-7b tp2pp2 x3")]
     assert candidate_scenario(sc, cands[0], 1.0, 0).cluster.pipeline_parallel == 2
     (one,) = expand(sc, ["continuous"], None, None, [2], [3], None, pps=[1])
     assert one.gpus_per_replica == 2 and candidate_scenario(sc, one, 1.0, 0).cluster.pipeline_parallel == 1

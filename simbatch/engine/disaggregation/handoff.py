@@ -19,8 +19,10 @@ Decisions (docs/policies.md, "Prefill/decode disaggregation"):
   (Splitwise and DistServe both serialise a prefill instance's sends).
 - **Bytes.** Prompt tokens x the model's KV bytes per token (all layers, K and
   V): the first output token's KV is computed by the decode replica's first
-  step. A tensor-parallel replica holds 1/TP of it per GPU; the shards travel
-  over min(prefill TP, decode TP) GPU links in parallel.
+  step. Each GPU of a replica holds its heads (1/TP) of its stage's layers and
+  has its own link; the shards travel over as many links in parallel as the
+  busiest GPU at either end allows: min(prefill TP, decode TP) without
+  pipelines, 2 from TP2 to TP1 x PP2 (``build.link_lanes``).
 - **Memory.** The prefill replica keeps the request's KV blocks until its
   transfer ends (they are the transfer's source), then frees them. Under
   ``push`` a transferred request waiting in the decode queue holds no decode
