@@ -17,8 +17,7 @@ from simbatch.report.load import load_results
 ROOT = Path(__file__).resolve().parents[1]
 CLASSROOM = str(ROOT / "scenarios" / "classroom.yaml")
 CHAT = str(ROOT / "scenarios" / "chat.yaml")
-SECTIONS = ("Reproducibility", "Comparison table", "Latency CDFs", "Load curves", "over time", "Step timeline",
-            "Goodput vs SLO")
+SECTIONS = ("Reproducibility", "Comparison table", "Latency CDFs", "over time", "Step timeline", "Goodput vs SLO")
 VOID = {"meta", "img", "br", "hr", "link", "input", "source", "wbr", "col", "area", "base", "embed", "track"}
 
 
@@ -76,12 +75,12 @@ def chat_run(tmp_path_factory):
     return out
 
 
-def check_report(folder: Path, num_figures: int) -> TagChecker:
+def check_report(folder: Path, num_figures: int, sections=SECTIONS) -> TagChecker:
     html = parse(folder / "report.html")
     assert not html.errors and not html.stack, (html.errors, html.stack)
     assert not html.external, html.external
     assert not re.search(r"https?://", (folder / "report.html").read_text()), "no external references"
-    for title in SECTIONS:
+    for title in sections:
         assert any(title in h for h in html.h2), (title, html.h2)
     assert len(html.images) == num_figures
     assert all(src.startswith("data:image/png;base64,") for src in html.images)
@@ -90,16 +89,17 @@ def check_report(folder: Path, num_figures: int) -> TagChecker:
     assert len(linked) == num_figures
     for link in linked:
         assert (folder / link).is_file() and (folder / link).read_bytes()[:4] == b"\x89PNG"
-    for title in SECTIONS:
+    for title in sections:
         assert re.search(rf"^## .*{title}", md, re.MULTILINE), title
     return html
 
 
 def test_compare_report_is_self_contained(classroom):
-    # CDFs, time series, timeline, goodput; no sweep here, and the section says so
-    check_report(classroom, 4)
+    # CDFs, time series, timeline, goodput; no sweep here: no empty sweep sections, and the first says why
+    html = check_report(classroom, 4)
+    assert not any("Load curves" in h or "Sweep" in h for h in html.h2), html.h2
     md = (classroom / "report.md").read_text()
-    assert "No sweep in this folder" in md
+    assert re.search(r"Not in this report: Sweep table and Load curves: there is no sweep\.csv", md)
     assert "| static" in md and "classroom" in md and "numpy" in md and "ttft_ms=500" in md
     assert not list(classroom.glob(".report.tmp-*"))
 
@@ -126,15 +126,17 @@ def test_sweep_csv_adds_load_curves(classroom, tmp_path):
             for k, t, e in (("static", 0.5, 4), ("continuous", 1.0, 1)) for s in (0.5, 1, 2, 4)]
     pd.DataFrame(rows).to_csv(folder / "sweep.csv", index=False)
     assert main(["report", str(folder)]) == 0
-    check_report(folder, 5)
-    assert "No sweep in this folder" not in (folder / "report.md").read_text()
+    check_report(folder, 5, SECTIONS + ("Sweep table", "Load curves"))
+    assert "Not in this report" not in (folder / "report.md").read_text()
     assert (folder / "report_files" / "load-curves.png").stat().st_size > 10_000
-    only = tmp_path / "sweep_only"  # a `simbatch sweep` folder: sweep.csv, no run folders
+    only = tmp_path / "sweep_only"  # sweep.csv alone, no run folders (nor sweep.yaml)
     only.mkdir()
     (only / "sweep.csv").write_bytes((folder / "sweep.csv").read_bytes())
     assert main(["report", str(only)]) == 0
-    assert len(parse(only / "report.html").images) == 1
-    assert "only sweep.csv" in (only / "report.md").read_text()
+    html = check_report(only, 1, ("Reproducibility", "Sweep table", "Load curves"))
+    assert len(html.h2) == 3, html.h2  # nothing else: a sweep keeps no requests or steps
+    assert "Latency CDFs, Batch size, queue and KV cache over time, Step timeline and Goodput vs SLO: the folder " \
+           "holds a sweep's table" in (only / "report.md").read_text()
 
 
 @pytest.mark.parametrize("make", ["missing", "empty", "bad_json", "no_steps", "truncated"])

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 NAME = "report"
-HELP = "write an HTML and a Markdown report of a run or compare output folder"
+HELP = "write an HTML and a Markdown report of a run, compare or sweep output folder"
 
 
 def add_arguments(p) -> None:
     p.add_argument("results", type=Path, metavar="DIR",
-                   help="a `simbatch run` or `simbatch compare` output folder (may also hold sweep.csv)")
+                   help="a `simbatch run`, `simbatch compare` or `simbatch sweep` output folder")
     p.add_argument("--out", type=Path, help="folder for report.html, report.md and report_files/ (default: DIR)")
 
 

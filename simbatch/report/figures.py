@@ -2,7 +2,8 @@
 
 ``build_sections`` turns a :class:`~simbatch.report.load.ReportData` into the
 sections both writers (``html.py``, ``markdown.py``) render, so the HTML and
-Markdown reports always say the same thing. The figures themselves live in
+Markdown reports always say the same thing. A section with nothing to show
+is left out, and the first section says which and why. The figures themselves live in
 ``figures_latency.py``, ``figures_series.py`` and ``figures_timeline.py``.
 
 Style: each policy keeps one colour (:mod:`simbatch.report.palette`, the one
@@ -15,14 +16,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from simbatch.report import sweep_section as sw
 from simbatch.report.figures_common import to_png
+from simbatch.report.figures_series import NO_SWEEP
 from simbatch.report.load import (
     ReportData,
     environment,
     policy_rows,
     run_facts,
+    scenario_names,
+    scenario_source,
 )
-from simbatch.report.table import COMPARISON_VIEW, FORMATS
+from simbatch.report.table import comparison_cells
 
 
 
@@ -42,6 +47,7 @@ class Table:
     headers: list[str]
     rows: list[list[str]]
     caption: str = ""
+    numbers: bool = False  # a table of figures: all but the first column right-aligned, kept compact
 
 
 @dataclass
@@ -54,16 +60,28 @@ class Section:
     tables: list[Table] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
 
+    @property
+    def empty(self) -> bool:
+        """Whether it has nothing to show beyond its own paragraphs (then it is left out)."""
+        return not self.tables and not self.figures
+
 
 INTROS = {
     "reproducibility": ("What ran is read from each run's summary.json; rerun it with `simbatch compare "
                         "SCENARIO` (or `simbatch run`) on the same scenario, seed and version. The environment "
                         "rows describe the machine that made this report."),
+    "reproducibility-sweep": ("What the sweep ran is read from sweep.yaml; `simbatch sweep` on that scenario "
+                              "with the same `--grid` values, seed and version reruns it (sweep.yaml also holds the "
+                              "scenario as resolved, with any `--set` applied). The environment rows describe the "
+                              "machine that made this report."),
     "comparison": ("One row per policy; latencies in ms over completed requests, throughputs per second of "
                    "simulated time, % columns are percentages (MFU and MBU while busy). Definitions: "
                    "docs/metrics.md."),
     "latency-cdfs": "Share of completed requests at or below each latency (further left is better).",
     "load-curves": "Throughput and P99 latencies against offered load, from the folder's sweep.csv.",
+    "sweep-curves": "Throughput and P99 latencies against a swept field, from the folder's sweep.csv.",
+    "sweep": ("One row per run of the sweep, from sweep.csv (every metric is there; definitions: "
+              "docs/metrics.md). Latencies in ms over completed requests, % columns are percentages."),
     "time-series": ("Time-weighted means per time bin, summed over replicas; KV use is a percentage of the "
                     "KV blocks of all replicas."),
     "step-timeline": ("Which request held which batch slot: prefill and decode of each request, grey "
@@ -76,14 +94,27 @@ INTROS = {
 }
 
 
+NO_RUNS = ("the folder holds a sweep's table and no run folders (a sweep keeps each run's metrics, "
+           "not its requests or steps).")
+
+
 def _reproducibility(data: ReportData) -> Section:
+    names = ", ".join(scenario_names(data)) or "-"
     s = Section("reproducibility", "Reproducibility",
-                [f"Results folder: {data.folder}.", INTROS["reproducibility"]])
-    if (data.folder / "sweep.yaml").is_file():
-        s.notes.append("The sweep's grid and its scenario are in sweep.yaml beside sweep.csv.")
+                [f"Scenario {names}, from {scenario_source(data)}.", f"Results folder: {data.folder}.",
+                 INTROS["reproducibility" if data.runs else "reproducibility-sweep"]])
+    if data.sweep is not None and data.runs:
+        s.notes.append("The sweep's grid and its resolved scenario are in sweep.yaml beside sweep.csv.")
     if data.runs:
         s.tables.append(Table(["field", "value"], [list(r) for r in run_facts(data)], "What ran"))
         s.tables.append(Table(["run", "policy and parameters"], [list(r) for r in policy_rows(data)], "Policies"))
+    elif data.sweep_spec:
+        s.tables.append(Table(["field", "value"], sw.spec_facts(data.sweep_spec), "What the sweep ran"))
+    else:
+        s.notes.append("There is no sweep.yaml beside sweep.csv, so what the sweep ran is not known here.")
+    if data.sweep is not None:
+        axes = sw.sweep_axes(data.sweep, data.sweep_spec)
+        s.tables.append(Table(["swept field", "values"], sw.grid_rows(data.sweep, axes, data.sweep_spec), "Grid"))
     s.tables.append(Table(["package", "version"], [list(r) for r in environment()], "Environment at report time"))
     return s
 
@@ -92,10 +123,8 @@ def comparison_rows(data: ReportData) -> Table:
     """The comparison table (as ``simbatch compare`` prints it) from the runs' summaries."""
     from simbatch.metrics import comparison_table
 
-    table = comparison_table(data.summaries)
-    rows = [[str(rec["policy"])] + [FORMATS[k](rec.get(col)) for _, col, k in COMPARISON_VIEW]
-            for rec in table.to_dict("records")]
-    return Table(["policy"] + [h for h, _, _ in COMPARISON_VIEW], rows)
+    headers, rows = comparison_cells(comparison_table(data.summaries))
+    return Table(headers, rows, numbers=True)
 
 
 def _comparison(data: ReportData) -> Section:
@@ -103,8 +132,36 @@ def _comparison(data: ReportData) -> Section:
     if data.runs:
         s.tables.append(comparison_rows(data))
     else:
-        s.notes.append("This folder holds no runs (only a sweep), so there is no table.")
+        s.notes.append(NO_RUNS)
     return s
+
+
+def _sweep(data: ReportData) -> Section:
+    s = Section("sweep", "Sweep table", [INTROS["sweep"]])
+    if data.sweep is None:
+        s.notes.append(NO_SWEEP)
+        return s
+    headers, rows = sw.sweep_rows(data.sweep, sw.sweep_axes(data.sweep, data.sweep_spec))
+    if len(data.sweep) > len(rows):
+        s.notes.append(f"The first {len(rows)} of {len(data.sweep)} runs; sweep.csv holds them all.")
+    s.tables.append(Table(headers, rows, numbers=True))
+    return s
+
+
+def _curves(data: ReportData) -> Section:
+    """Load curves over workload.rate_scale, or curves over whichever numeric field was swept."""
+    from simbatch.report import figures_series as ser
+
+    if data.sweep is None:
+        return _figure_section("load-curves", "Load curves", ser.plot_load_curves(None))
+    x, group = sw.curve_axes(data.sweep, sw.sweep_axes(data.sweep, data.sweep_spec))
+    if x is None:
+        return _figure_section("sweep-curves", "Sweep curves",
+                               (None, "no numeric field (other than the seed) was swept over several values."))
+    if x == ser.LOAD_X:
+        return _figure_section("load-curves", "Load curves", lambda: ser.plot_load_curves(data.sweep, x, group))
+    return _figure_section("sweep-curves", f"Sweep curves over {x}",
+                           lambda: ser.plot_load_curves(data.sweep, x, group))
 
 
 def _figure_section(slug: str, title: str, made) -> Section:
@@ -117,7 +174,8 @@ def _figure_section(slug: str, title: str, made) -> Section:
 
 
 def build_sections(data: ReportData) -> list[Section]:
-    """Every section of the report, in reading order."""
+    """Every section of the report that has something to show, in reading order; the first
+    one ends with a note naming the sections left out and why."""
     from simbatch.report import figures_latency as lat
     from simbatch.report import figures_series as ser
     from simbatch.report import figures_timeline as tl
@@ -125,21 +183,41 @@ def build_sections(data: ReportData) -> list[Section]:
     runs = list(data.runs.values())
 
     def per_run(make, *args):
-        # A sweep-only folder keeps no per-request or per-step files: say so, not "no data".
+        # A sweep keeps each run's metrics, not its requests and steps.
         if runs:
             return lambda: make(runs, *args)
-        return None, "This folder holds no run folders (only sweep.csv), so there is nothing to draw here."
+        return None, NO_RUNS
 
-    return [
+    candidates = [
         _reproducibility(data),
         _comparison(data),
+        _sweep(data),
         _figure_section("latency-cdfs", "Latency CDFs", per_run(lat.plot_latency_cdfs)),
-        _figure_section("load-curves", "Load curves", ser.plot_load_curves(data.sweep)),
+        _curves(data),
         _figure_section("time-series", "Batch size, queue and KV cache over time", per_run(ser.plot_time_series)),
         _figure_section("step-timeline", "Step timeline", per_run(tl.plot_step_timeline)),
         _figure_section("goodput-slo", "Goodput vs SLO", per_run(lat.plot_goodput_vs_slo, data.slo)),
         *_control_sections(runs),
     ]
+    return keep_shown(candidates)
+
+
+def keep_shown(sections: list[Section]) -> list[Section]:
+    """The sections with something to show; the first says which others were left out, and why
+    (each empty section's last note; those left out for one reason are named together)."""
+    shown = [s for s in sections if not s.empty]
+    why: dict[str, list[str]] = {}
+    for s in sections:
+        if s.empty:
+            why.setdefault(s.notes[-1] if len(s.notes) > 1 else "nothing to show.", []).append(s.title)
+    if shown and why:
+        shown[0].notes.append("Not in this report: " + " ".join(f"{_and(titles)}: {reason.rstrip('.')}."
+                                                                for reason, titles in why.items()))
+    return shown
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _control_sections(runs: list) -> list[Section]:

@@ -24,6 +24,7 @@ SERIES = (("num_seqs", "sequences in batch"), ("num_waiting", "requests waiting"
           ("kv_used_blocks", "KV cache used (%)"))
 LOAD_X = "workload.rate_scale"
 LOAD_GROUP = "policy.kind"
+NO_SWEEP = "there is no sweep.csv in this folder (`simbatch sweep` over workload.rate_scale gives load curves)."
 LOAD_METRICS = (("request_throughput", "throughput (req/s)"), ("ttft_ms.p99", "TTFT p99 (ms)"),
                 ("tpot_ms.p99", "TPOT p99 (ms)"), ("e2el_ms.p99", "E2EL p99 (ms)"))
 
@@ -88,45 +89,46 @@ def plot_time_series(runs: list[RunData]):
     return fig, note
 
 
-def _load_panel(ax, sweep: pd.DataFrame, metric: str, label: str) -> None:
+def _load_panel(ax, sweep: pd.DataFrame, metric: str, label: str, x: str, group: str | None) -> None:
     from matplotlib.ticker import FuncFormatter
 
-    groups = sweep.groupby(LOAD_GROUP, sort=False) if LOAD_GROUP in sweep else [("all runs", sweep)]
+    groups = sweep.groupby(group, sort=group != LOAD_GROUP) if group else [("all runs", sweep)]
     values = []
     for i, (name, g) in enumerate(groups):
-        # Several runs at one load (seeds, other grid axes) are averaged into one point.
-        line = g.groupby(LOAD_X)[metric].mean().sort_index()
+        # Several runs at one x (seeds, other grid axes) are averaged into one point.
+        line = g.groupby(x)[metric].mean().sort_index()
         values += list(line.to_numpy(float))
-        ax.plot(line.index.to_numpy(float), line.to_numpy(float), markersize=5, linewidth=1.4,
-                **policy_style(str(name), i))
+        style = policy_style(str(name) if group in (None, LOAD_GROUP) else f"{group}={name}", i)
+        ax.plot(line.index.to_numpy(float), line.to_numpy(float), markersize=5, linewidth=1.4, **style)
     log = "p99" in metric and log_if_wide(ax, values)
     if not log:
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: tick_label(v)))
     ax.set_ylabel(label.replace(")", ", log scale)") if log else label)
-    ax.set_xlabel("offered load (x the scenario's arrival rate)")
+    ax.set_xlabel("offered load (x the scenario's arrival rate)" if x == LOAD_X else x)
     ax.grid(linewidth=0.4, alpha=0.5)
 
 
-def plot_load_curves(sweep: pd.DataFrame | None):
-    """Throughput and P99 latencies against ``workload.rate_scale``, one line per policy."""
+def plot_load_curves(sweep: pd.DataFrame | None, x: str = LOAD_X, group: str | None = LOAD_GROUP):
+    """Throughput and P99 latencies against the swept axis ``x`` (default: the offered load,
+    ``workload.rate_scale``), one line per value of ``group`` (default: the policy; None: one line)."""
     if sweep is None:
-        return None, ("No sweep in this folder (no sweep.csv), so there are no load curves: "
-                      "a sweep over workload.rate_scale provides them.")
-    if LOAD_X not in sweep.columns:
-        return None, f"sweep.csv has no {LOAD_X} column, so there is no offered load to plot against."
+        return None, NO_SWEEP
+    if x not in sweep.columns:
+        return None, f"sweep.csv has no {x} column to draw against."
     metrics = [(m, label) for m, label in LOAD_METRICS if m in sweep.columns]
     if not metrics:
         return None, f"sweep.csv has none of the columns {', '.join(m for m, _ in LOAD_METRICS)}."
     sweep = sweep.copy()
-    for col in [LOAD_X] + [m for m, _ in metrics]:
+    for col in [x] + [m for m, _ in metrics]:
         sweep[col] = pd.to_numeric(sweep[col], errors="coerce")
+    group = group if group in sweep.columns else None
     ncols = 2 if len(metrics) > 1 else 1
     nrows = (len(metrics) + 1) // 2
     fig, axes = new_figure(nrows, ncols, (5.2 * ncols, 3.6 * nrows))
     for ax, (metric, label) in zip(axes.flat, metrics):
-        _load_panel(ax, sweep, metric, label)
+        _load_panel(ax, sweep, metric, label, x, group)
     for ax in list(axes.flat)[len(metrics):]:
         ax.set_visible(False)
     legend_on_top(fig, axes)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
-    return fig, f"{len(sweep)} sweep runs; points at one load are averaged."
+    return fig, f"{len(sweep)} sweep runs; runs at one {x} value are averaged into one point."

@@ -4,12 +4,17 @@
 base64 PNG, no scripts, fonts or links to anything outside it, so it opens
 offline and can be mailed around. ``report.md`` says the same and links the
 same PNGs, written beside it in ``report_files/``.
+
+Tables fit a 1400 px wide window without scrolling: tables of figures use a
+compact font, their headers wrap (also after ``/``, ``_`` and ``.``), their
+figures do not; text written in backticks is set as inline code.
 """
 
 from __future__ import annotations
 
 import base64
 import os
+import re
 import shutil
 import tempfile
 from html import escape
@@ -17,43 +22,72 @@ from pathlib import Path
 
 from simbatch.errors import SimbatchError
 from simbatch.report.figures import Section, Table, build_sections
-from simbatch.report.load import ReportData, load_results
+from simbatch.report.load import ReportData, load_results, scenario_names
 from simbatch.report.markdown import FILES_DIR, figure_path, render_markdown
 
+MAX_WIDTH_PX = 1320  # the page's text column (in a 1400 px window); tests check that tables fit in it
 CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:2em auto;max-width:1250px;
+body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:2em auto;max-width:MAX_WIDTHpx;
 padding:0 1em;color:#222;line-height:1.45}
 h1{font-size:1.6em}h2{font-size:1.25em;border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
 nav ol{columns:2;font-size:.95em}
+p,td{overflow-wrap:anywhere}
+table:not(.numbers) td:first-child{white-space:nowrap}
+code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.92em;background:#f3f3f3;
+padding:0 .2em;border-radius:3px}
 .scroll{overflow-x:auto;margin:.8em 0}
 table{border-collapse:collapse;font-size:.78em;font-variant-numeric:tabular-nums}
 caption{text-align:left;font-weight:600;padding:.3em 0}
 th,td{border:1px solid #ccc;padding:.2em .4em;vertical-align:top}
 th{background:#f2f2f2}
-table.numbers td:not(:first-child){text-align:right}
+table.numbers{font-size:.72em}
+table.numbers th,table.numbers td{padding:.2em .25em}
+table.numbers th{vertical-align:bottom}
+table.numbers td{overflow-wrap:normal}
+table.numbers td:not(:first-child){text-align:right;white-space:nowrap}
 figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
 figcaption{font-size:.9em;color:#555}
-"""
+""".replace("MAX_WIDTH", str(MAX_WIDTH_PX))
+CODE = re.compile(r"`([^`\n]+)`")
+BREAK_AFTER = re.compile(r"([/_.])(?=\w)")  # a long header or name may wrap after these
 
 
-def table_html(table: Table, numbers: bool = False) -> str:
-    """A :class:`Table` as an HTML table (``numbers``: right-align all but the first column)."""
-    head = "".join(f"<th>{escape(h)}</th>" for h in table.headers)
-    body = "".join("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in row) + "</tr>\n" for row in table.rows)
-    caption = f"<caption>{escape(table.caption)}</caption>" if table.caption else ""
-    cls = ' class="numbers"' if numbers else ""
+def inline(text) -> str:
+    """Escaped text with `backticked` spans set as ``<code>``."""
+    return CODE.sub(r"<code>\1</code>", escape(str(text)))
+
+
+def plain(text) -> str:
+    """Escaped text without backticks (for attributes such as alt text)."""
+    return escape(str(text).replace("`", ""))
+
+
+def breakable(text) -> str:
+    """Escaped text that may wrap after ``/``, ``_`` and ``.`` (``goodput/GPU``, ``chunked_prefill``)."""
+    return BREAK_AFTER.sub(r"\1<wbr>", escape(str(text), quote=False))
+
+
+def table_html(table: Table) -> str:
+    """A :class:`Table` as an HTML table; a table of figures (``table.numbers``) compact, its
+    headers and first column wrapping (see the module docstring)."""
+    cell = breakable if table.numbers else inline
+    head = "".join(f"<th>{cell(h)}</th>" for h in table.headers)
+    body = "".join("<tr>" + "".join(f"<td>{cell(c) if i == 0 else inline(c)}</td>" for i, c in enumerate(row))
+                   + "</tr>\n" for row in table.rows)
+    caption = f"<caption>{inline(table.caption)}</caption>" if table.caption else ""
+    cls = ' class="numbers"' if table.numbers else ""
     return f'<div class="scroll"><table{cls}>{caption}<thead><tr>{head}</tr></thead>\n<tbody>{body}</tbody></table></div>'
 
 
 def section_html(s: Section) -> str:
     """One ``<section>``: heading, paragraphs, tables, figures (PNG as base64 data URIs)."""
     parts = [f'<section id="{escape(s.slug)}">', f"<h2>{escape(s.title)}</h2>"]
-    parts += [f"<p>{escape(n)}</p>" for n in s.notes]
-    parts += [table_html(t, numbers=s.slug == "comparison") for t in s.tables]
+    parts += [f"<p>{inline(n)}</p>" for n in s.notes]
+    parts += [table_html(t) for t in s.tables]
     for f in s.figures:
         data = base64.b64encode(f.png).decode("ascii")
-        parts.append(f'<figure><img alt="{escape(f.caption)}" src="data:image/png;base64,{data}">'
-                     f"<figcaption>{escape(f.caption)}</figcaption></figure>")
+        parts.append(f'<figure><img alt="{plain(f.caption)}" src="data:image/png;base64,{data}">'
+                     f"<figcaption>{inline(f.caption)}</figcaption></figure>")
     return "\n".join(parts + ["</section>"])
 
 
@@ -68,9 +102,9 @@ def render_html(sections: list[Section], title: str) -> str:
 
 
 def report_title(data: ReportData) -> str:
-    """'simbatch report: <scenario>' (or the folder's name when no run names it)."""
-    names = list(dict.fromkeys(str(s.get("scenario")) for s in data.summaries.values() if s.get("scenario")))
-    return f"simbatch report: {', '.join(names) or data.folder.name}"
+    """'simbatch report: <scenario>' (or the folder's name when no run names it); a sweep says so."""
+    what = ", ".join(scenario_names(data)) or data.folder.name
+    return f"simbatch report: {what}{' sweep' if data.sweep is not None and not data.runs else ''}"
 
 
 def _write_into(tmp: Path, sections: list[Section], title: str) -> None:

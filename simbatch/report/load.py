@@ -2,8 +2,10 @@
 
 A folder is either one run (``summary.json`` directly inside) or a comparison
 (one sub-folder per policy, each a run folder); either may also hold a
-``sweep.csv``. Everything a report shows is read from these files, so a report
-can be rebuilt later, elsewhere, from the folder alone.
+``sweep.csv`` (and the ``sweep.yaml`` that ``simbatch sweep`` writes beside it:
+the scenario's file, the grid and the resolved scenario). Everything a report
+shows is read from these files, so a report can be rebuilt later, elsewhere,
+from the folder alone.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simbatch.bundled import bundled_dir
 from simbatch.errors import SimbatchError
 from simbatch.scenario import read_yaml
+from simbatch.yamlio import load_yaml
 
 RUN_FILES = ("summary.json", "requests.csv", "steps.csv")
 # Same order as simbatch.api.POLICY_ORDER (not imported: that would load the engine).
@@ -56,6 +60,7 @@ class ReportData:
     runs: dict[str, RunData]
     sweep: pd.DataFrame | None
     slo: dict | None  # {"ttft_ms": ..., "tpot_ms": ...} when known, else None
+    sweep_spec: dict | None = None  # sweep.yaml: {"source": file, "grid": {axis: values}, "scenario": {...}}
 
     @property
     def summaries(self) -> dict[str, dict]:
@@ -124,7 +129,7 @@ def load_results(folder) -> ReportData:
     if not folder.exists():
         raise SimbatchError(str(folder), "no such folder")
     if not folder.is_dir():
-        raise SimbatchError(str(folder), "not a folder (give a `simbatch run` or `simbatch compare` --out folder)")
+        raise SimbatchError(str(folder), "not a folder (give a `simbatch run`, `compare` or `sweep` --out folder)")
     if (folder / "summary.json").is_file():
         single = load_run(folder)
         runs = {single.name: single}
@@ -134,7 +139,62 @@ def load_results(folder) -> ReportData:
     sweep = _read_csv(sweep_path, None) if sweep_path.is_file() else None
     if not runs and sweep is None:
         raise SimbatchError(str(folder), "no results: expected summary.json, policy sub-folders or sweep.csv")
-    return ReportData(folder, runs, sweep, find_slo(runs))
+    spec = read_sweep_spec(folder) if sweep is not None else None
+    return ReportData(folder, runs, sweep, find_slo(runs) or sweep_slo(spec), spec)
+
+
+def read_sweep_spec(folder: Path) -> dict | None:
+    """``sweep.yaml`` beside ``sweep.csv`` (None when absent); a :class:`SimbatchError` if unreadable."""
+    path = folder / "sweep.yaml"
+    if not path.is_file():
+        return None
+    spec = load_yaml(path, "sweep.yaml")
+    if not isinstance(spec, dict) or not isinstance(spec.get("grid") or {}, dict):
+        raise SimbatchError(str(path), "expected the mapping simbatch sweep writes (source, grid, scenario)")
+    return spec
+
+
+def sweep_slo(spec: dict | None) -> dict | None:
+    """The SLO every run of a sweep was scored against: its scenario's, unless the grid varies it."""
+    if not spec or any(str(axis).startswith("slo") for axis in spec.get("grid") or {}):
+        return None
+    slo = (spec.get("scenario") or {}).get("slo")
+    if not isinstance(slo, dict):
+        return None
+    return {k: float(v) for k, v in slo.items() if isinstance(v, (int, float))} or None
+
+
+def bundled_scenario(name) -> Path | None:
+    """The bundled scenario file called ``name`` (``scenarios/<name>.yaml``), if there is one."""
+    folder = bundled_dir()
+    path = folder / f"{name}.yaml" if folder is not None and name else None
+    return path if path is not None and path.is_file() else None
+
+
+def scenario_source(data: ReportData) -> str:
+    """Which scenario file the results came from, and how that is known.
+
+    A run's ``summary.json`` may name it (``scenario_file``); a sweep's ``sweep.yaml``
+    does (``source``). Otherwise only the scenario's name is recorded, and the
+    bundled scenario of that name is given as such.
+    """
+    recorded = [s.get("scenario_file") for s in data.summaries.values() if s.get("scenario_file")]
+    if recorded:
+        return _distinct(recorded)
+    if data.sweep_spec and data.sweep_spec.get("source"):
+        return f"{data.sweep_spec['source']} (from sweep.yaml)"
+    names = scenario_names(data)
+    bundled = bundled_scenario(names[0]) if len(names) == 1 else None
+    if bundled is not None:
+        return f"{bundled} (the bundled scenario of that name; summary.json records only the name)"
+    return f"not recorded (summary.json records the name only: {', '.join(names) or '-'})"
+
+
+def scenario_names(data: ReportData) -> list[str]:
+    """The scenario names the runs (or the sweep) record, each once."""
+    names = [s.get("scenario") for s in data.summaries.values()]
+    names.append(((data.sweep_spec or {}).get("scenario") or {}).get("name"))
+    return list(dict.fromkeys(str(n) for n in names if n))
 
 
 def meets_targets(requests: pd.DataFrame, targets: dict) -> np.ndarray:
@@ -166,9 +226,9 @@ def find_slo(runs: dict[str, RunData]) -> dict | None:
     first = next(iter(runs.values()))
     if isinstance(first.summary.get("slo"), dict):
         return {k: float(v) for k, v in first.summary["slo"].items()}
-    path = Path(__file__).resolve().parents[2] / "scenarios" / f"{first.summary.get('scenario')}.yaml"
+    path = bundled_scenario(first.summary.get("scenario"))
     try:
-        slo = read_yaml(path).get("slo") if path.is_file() else None
+        slo = read_yaml(path).get("slo") if path is not None else None
     except SimbatchError:
         return None
     if not isinstance(slo, dict) or not slo:
@@ -196,6 +256,7 @@ def run_facts(data: ReportData) -> list[tuple[str, str]]:
     work = [(x.get("workload") or {}) for x in s]
     return [
         ("scenario", _distinct(x.get("scenario") for x in s)),
+        ("scenario file", scenario_source(data)),
         ("seed", _distinct(x.get("seed") for x in s)),
         ("simbatch version (run)", _distinct(x.get("simbatch_version") for x in s)),
         ("model", _distinct(f"{m.get('name')} ({(m.get('num_params') or 0) / 1e9:.2f} B params, "

@@ -41,7 +41,7 @@ def render_markdown(sections: list[Section], title: str) -> str:
         for note in s.notes:
             parts += [note, ""]
         for t in s.tables:
-            parts += [table_markdown(t, numbers=s.slug == "comparison"), ""]
+            parts += [table_markdown(t, numbers=t.numbers), ""]
         for f in s.figures:
             parts += [f"![{f.caption}]({figure_path(f.name)})", ""]
     return "\n".join(parts)

@@ -108,7 +108,9 @@ def render(headers: list[str], rows: list[list[str]], markdown: bool = False) ->
     return "\n".join("  ".join(cells).rstrip() for cells in out)
 
 
-def _comparison_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+def comparison_cells(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Headers and formatted cells of the comparison table (``metrics.comparison_table``): the
+    terminal's, the Markdown's and the HTML report's. Optional columns only when some row has a value."""
     view = [(h, col, k) for h, col, k in COMPARISON_VIEW
             if col not in OPTIONAL_VIEW or (col in table and table[col].notna().any())]
     headers = ["policy"] + [h for h, _, _ in view]
@@ -120,12 +122,12 @@ def _comparison_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 def format_comparison(table: pd.DataFrame) -> str:
     """The comparison table (see ``metrics.comparison_table``) as aligned plain text."""
-    return render(*_comparison_rows(table))
+    return render(*comparison_cells(table))
 
 
 def format_comparison_markdown(table: pd.DataFrame) -> str:
     """The comparison table as a Markdown (GitHub) table."""
-    return render(*_comparison_rows(table), markdown=True)
+    return render(*comparison_cells(table), markdown=True)
 
 
 def format_summary(summary: dict, title: str) -> str:
