@@ -6,6 +6,10 @@ vectorised checks, so a bad value anywhere is reported the same way:
 ``SimbatchError("<path>:<line>", "<column>: expected ..., got '<raw>'")`` with
 1-based file lines (the CSV header is line 1). Arrivals come back in seconds,
 re-based so the first request arrives at 0.0, sorted (stable).
+
+Well-formed files are parsed without pandas (:mod:`simbatch.workload.parse`, whose
+functions give up, returning None, on anything they cannot prove they read as pandas
+does); the rest, and every error, go through pandas as before.
 """
 
 from __future__ import annotations
@@ -17,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from simbatch.errors import SimbatchError
+import simbatch.workload.parse as parse
 from simbatch.workload.request import Workload
 from simbatch.workload.transforms import take
 
@@ -38,17 +42,17 @@ class _Table:
     """Raw column values as loaded, plus the file line of every row (for errors)."""
 
     path: str
-    columns: dict[str, pd.Series]
+    columns: dict[str, list]
     lines: np.ndarray
 
-    def column(self, name: str) -> pd.Series:
+    def column(self, name: str) -> list:
         if name not in self.columns:
             have = ", ".join(self.columns) or "none"
             raise SimbatchError(f"{self.path}:1", f"missing column '{name}' (columns: {have})")
         return self.columns[name]
 
     def fail(self, row: int, name: str, expected: str) -> None:
-        raw = self.columns[name].iloc[row]
+        raw = self.columns[name][row]
         got = "nothing (key missing)" if raw is _MISSING else repr(raw)
         raise SimbatchError(f"{self.path}:{self.lines[row]}", f"{name}: expected {expected}, got {got}")
 
@@ -191,9 +195,19 @@ def _load(path: str | Path) -> _Table:
 
 
 def _load_csv(p: Path) -> _Table:
+    fast = parse.csv_columns(p.read_text(encoding="utf-8-sig"))
+    if fast is None:
+        return _load_csv_pandas(p)
+    _, columns, lines = fast
+    return _Table(str(p), columns, lines)
+
+
+def _load_csv_pandas(p: Path) -> _Table:
     # pandas' C parser does the heavy lifting; rows keep their raw strings so a
     # bad value is quoted back exactly. Blank lines are kept while parsing so
     # that row i is file line i + 2, then dropped.
+    import pandas as pd
+
     try:
         df = pd.read_csv(p, dtype=str, keep_default_na=False, skip_blank_lines=False,
                          encoding="utf-8-sig")
@@ -209,10 +223,10 @@ def _load_csv(p: Path) -> _Table:
     df.columns = [str(c).strip() for c in df.columns]
     lines = np.arange(2, len(df) + 2)
     keep = _check_short_rows(p, df, lines)
-    return _Table(str(p), {c: df[c][keep].reset_index(drop=True) for c in df.columns}, lines[keep])
+    return _Table(str(p), {c: df[c][keep].tolist() for c in df.columns}, lines[keep])
 
 
-def _check_short_rows(p: Path, df: pd.DataFrame, lines: np.ndarray) -> np.ndarray:
+def _check_short_rows(p: Path, df, lines: np.ndarray) -> np.ndarray:
     """Drop blank lines and reject rows with too few fields (pandas pads them with '')."""
     keep = np.ones(len(df), dtype=bool)
     suspects = np.flatnonzero(df.iloc[:, -1].to_numpy() == "") if len(df) else []
@@ -231,6 +245,13 @@ def _check_short_rows(p: Path, df: pd.DataFrame, lines: np.ndarray) -> np.ndarra
 
 
 def _load_jsonl(p: Path) -> _Table:
+    fast = parse.jsonl_records(p.read_text(encoding="utf-8-sig"))
+    records, lines = fast if fast is not None else _jsonl_records_one_by_one(p)
+    return _Table(str(p), parse.record_columns(records, _MISSING), lines)
+
+
+def _jsonl_records_one_by_one(p: Path) -> tuple[list[dict], np.ndarray]:
+    """Each line's record, with its line, or the error naming the first bad line."""
     records, lines = [], []
     with p.open(encoding="utf-8-sig") as f:
         for lineno, text in enumerate(f, start=1):
@@ -244,9 +265,7 @@ def _load_jsonl(p: Path) -> _Table:
                 raise SimbatchError(f"{p}:{lineno}", f"expected a JSON object, got {type(rec).__name__}")
             records.append(rec)
             lines.append(lineno)
-    names = dict.fromkeys(k for rec in records for k in rec)  # union, first-seen order
-    cols = {k: pd.Series([rec.get(k, _MISSING) for rec in records], dtype=object) for k in names}
-    return _Table(str(p), cols, np.array(lines, dtype=np.int64))
+    return records, np.array(lines, dtype=np.int64)
 
 
 # --- converting columns ------------------------------------------------------
@@ -274,11 +293,22 @@ MAX_COUNT = 10**9
 
 def _ints(t: _Table, name: str, minimum: int | None) -> np.ndarray:
     raw = t.column(name)
+    values = parse.int_column(raw, signed=minimum is None or minimum < 0)
+    if values is not None and not np.any(np.abs(values) > MAX_COUNT) and not (
+            minimum is not None and np.any(values < minimum)):
+        return values
+    return _ints_pandas(t, name, minimum)
+
+
+def _ints_pandas(t: _Table, name: str, minimum: int | None) -> np.ndarray:
+    import pandas as pd
+
+    raw = pd.Series(t.column(name), dtype=object)
     values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
     # Integral floats ("374.0") are accepted: some tools write counts that way.
     bad = ~np.isfinite(values) | (values != np.floor(values)) | (np.abs(values) > MAX_COUNT)
-    if raw.dtype == object:  # JSON true / false would pass pd.to_numeric as 1 / 0
-        bad |= np.fromiter((type(v) is bool for v in raw), dtype=bool, count=len(raw))
+    # JSON true / false would pass pd.to_numeric as 1 / 0
+    bad |= np.fromiter((type(v) is bool for v in raw), dtype=bool, count=len(raw))
     if minimum is not None:
         bad |= values < minimum
     if bad.any():
@@ -292,6 +322,17 @@ def _ints(t: _Table, name: str, minimum: int | None) -> np.ndarray:
 
 def _arrivals(t: _Table, name: str, per_second: float) -> np.ndarray:
     raw = t.column(name)
+    numbers = parse.number_column(raw)
+    if numbers is not None:
+        return numbers / per_second
+    seconds = parse.iso_seconds(raw)
+    return seconds if seconds is not None else _arrivals_pandas(t, name, per_second)
+
+
+def _arrivals_pandas(t: _Table, name: str, per_second: float) -> np.ndarray:
+    import pandas as pd
+
+    raw = pd.Series(t.column(name), dtype=object)
     if raw.iloc[0] is _MISSING:
         t.fail(0, name, "a number or a timestamp")
     numbers = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
@@ -311,6 +352,11 @@ def _arrivals(t: _Table, name: str, per_second: float) -> np.ndarray:
 
 
 def _hash_ids(t: _Table, name: str) -> list[tuple[int, ...]]:
+    fast = parse.int_lists(t.column(name))
+    return fast if fast is not None else _hash_ids_one_by_one(t, name)
+
+
+def _hash_ids_one_by_one(t: _Table, name: str) -> list[tuple[int, ...]]:
     out = []
     for i, v in enumerate(t.column(name)):
         if isinstance(v, str):  # CSV cell such as "[1, 2, 3]" or "1 2 3"

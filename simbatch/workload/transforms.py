@@ -9,6 +9,7 @@ bad one raises :class:`SimbatchError` at ``where``.
 from __future__ import annotations
 
 import math
+from operator import getitem
 
 import numpy as np
 
@@ -23,12 +24,17 @@ def take(w: Workload, rows: np.ndarray | slice) -> Workload:
         arrival_s=w.arrival_s[idx],
         prompt_tokens=w.prompt_tokens[idx],
         output_tokens=w.output_tokens[idx],
-        hash_ids=[w.hash_ids[i] for i in idx] if w.hash_ids is not None else None,
-        session_id=[w.session_id[i] for i in idx] if w.session_id is not None else None,
+        hash_ids=_pick(w.hash_ids, idx),
+        session_id=_pick(w.session_id, idx),
         priority=w.priority[idx] if w.priority is not None else None,
         source=w.source,
         notes=list(w.notes),
     )
+
+
+def _pick(items: list | None, idx: np.ndarray) -> list | None:
+    """``items[i]`` for each ``i`` in ``idx`` (None stays None)."""
+    return None if items is None else list(map(items.__getitem__, idx.tolist()))
 
 
 def first_n(w: Workload, n: int, where: str = "num_requests") -> Workload:
@@ -86,7 +92,8 @@ def clip_total_tokens(w: Workload, max_total: int, where: str = "max_total_token
     out = take(w, slice(None))
     out.prompt_tokens, out.output_tokens = prompt, output
     if out.hash_ids is not None:
-        out.hash_ids = [h[: -(-int(p) // block_tokens)] for h, p in zip(out.hash_ids, prompt)]
+        blocks = -(-prompt // block_tokens)  # the cut prompt's blocks, rounded up
+        out.hash_ids = list(map(getitem, out.hash_ids, map(slice, blocks.tolist())))
     if clipped.any():
         out.notes.append(f"clipped {int(clipped.sum())} of {len(w)} requests "
                          f"to prompt + output <= {max_total} tokens")
