@@ -1,7 +1,7 @@
 """The classroom notebooks: stored without outputs, in sync with their generator, and run top to bottom.
 
 Executing them needs the optional extra `pip install -e ".[notebooks]"` (nbclient, nbformat,
-ipykernel); without it those tests skip with the reason. Each notebook runs in a fresh
+ipykernel, and pytest to run this file); without it those tests skip with the reason. Each notebook runs in a fresh
 python3 kernel with notebooks/ as its working directory, as a student would run it.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -25,6 +26,18 @@ IDS = [p.stem for p in NOTEBOOKS]
 
 def test_there_are_notebooks():
     assert len(NOTEBOOKS) >= 6, f"expected the classroom notebooks in {NB_DIR}"
+
+
+def test_the_notebooks_extra_has_what_these_tests_need():
+    """`pip install '.[notebooks]'` then `python -m pytest tests/test_notebooks.py` (the README's check)
+    lacked pytest (issue 15): every module this file imports or skips without must be in the extra."""
+    import tomllib
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["notebooks"]
+    named = {re.split(r"[<>=!~\[ ;]", req, maxsplit=1)[0].lower() for req in extra}
+    needed = {"pytest"} | set(re.findall(r'importorskip\("(\w+)"', Path(__file__).read_text()))
+    assert needed >= {"pytest", "nbclient", "nbformat", "ipykernel"}
+    assert needed <= named, f"missing from the notebooks extra: {sorted(needed - named)}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
