@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from simbatch.report import figures_series as ser
 from simbatch.report import sweep_section as sw
 from simbatch.report.figures_common import to_png
-from simbatch.report.figures_series import NO_SWEEP
 from simbatch.report.load import (
     ReportData,
     environment,
@@ -105,18 +105,25 @@ def _reproducibility(data: ReportData) -> Section:
                  INTROS["reproducibility" if data.runs else "reproducibility-sweep"]])
     if data.sweep is not None and data.runs:
         s.notes.append("The sweep's grid and its resolved scenario are in sweep.yaml beside sweep.csv.")
-    if data.runs:
-        s.tables.append(Table(["field", "value"], [list(r) for r in run_facts(data)], "What ran"))
-        s.tables.append(Table(["run", "policy and parameters"], [list(r) for r in policy_rows(data)], "Policies"))
-    elif data.sweep_spec:
-        s.tables.append(Table(["field", "value"], sw.spec_facts(data.sweep_spec), "What the sweep ran"))
-    else:
-        s.notes.append("There is no sweep.yaml beside sweep.csv, so what the sweep ran is not known here.")
-    if data.sweep is not None:
-        axes = sw.sweep_axes(data.sweep, data.sweep_spec)
-        s.tables.append(Table(["swept field", "values"], sw.grid_rows(data.sweep, axes, data.sweep_spec), "Grid"))
+    s.tables += _what_ran(data, s.notes)
     s.tables.append(Table(["package", "version"], [list(r) for r in environment()], "Environment at report time"))
     return s
+
+
+def _what_ran(data: ReportData, notes: list[str]) -> list[Table]:
+    """The runs' facts and policies, else the sweep's; then the sweep's grid (``notes``: what is unknown)."""
+    tables = []
+    if data.runs:
+        tables.append(Table(["field", "value"], [list(r) for r in run_facts(data)], "What ran"))
+        tables.append(Table(["run", "policy and parameters"], [list(r) for r in policy_rows(data)], "Policies"))
+    elif data.sweep_spec:
+        tables.append(Table(["field", "value"], sw.spec_facts(data.sweep_spec), "What the sweep ran"))
+    else:
+        notes.append("There is no sweep.yaml beside sweep.csv, so what the sweep ran is not known here.")
+    if data.sweep is not None:
+        axes = sw.sweep_axes(data.sweep, data.sweep_spec)
+        tables.append(Table(["swept field", "values"], sw.grid_rows(data.sweep, axes, data.sweep_spec), "Grid"))
+    return tables
 
 
 def comparison_rows(data: ReportData) -> Table:
@@ -139,7 +146,7 @@ def _comparison(data: ReportData) -> Section:
 def _sweep(data: ReportData) -> Section:
     s = Section("sweep", "Sweep table", [INTROS["sweep"]])
     if data.sweep is None:
-        s.notes.append(NO_SWEEP)
+        s.notes.append(ser.NO_SWEEP)
         return s
     headers, rows = sw.sweep_rows(data.sweep, sw.sweep_axes(data.sweep, data.sweep_spec))
     if len(data.sweep) > len(rows):
@@ -150,8 +157,6 @@ def _sweep(data: ReportData) -> Section:
 
 def _curves(data: ReportData) -> Section:
     """Load curves over workload.rate_scale, or curves over whichever numeric field was swept."""
-    from simbatch.report import figures_series as ser
-
     if data.sweep is None:
         return _figure_section("load-curves", "Load curves", ser.plot_load_curves(None))
     x, group = sw.curve_axes(data.sweep, sw.sweep_axes(data.sweep, data.sweep_spec))
@@ -177,7 +182,6 @@ def build_sections(data: ReportData) -> list[Section]:
     """Every section of the report that has something to show, in reading order; the first
     one ends with a note naming the sections left out and why."""
     from simbatch.report import figures_latency as lat
-    from simbatch.report import figures_series as ser
     from simbatch.report import figures_timeline as tl
 
     runs = list(data.runs.values())
