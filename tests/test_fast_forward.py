@@ -47,6 +47,8 @@ FEATURES = {
     "prefix_hash": ("continuous", "chunked_prefill"),  # padded batches ignore prefix caching
     "prefix_session": ("continuous", "chunked_prefill"),
     "two_replicas_least_kv": ("static", "dynamic", "continuous", "chunked_prefill"),
+    # a router that counts each replica's unfinished requests (a padded batch's rows finish mid-run)
+    "two_replicas_least_outstanding": ("static", "dynamic", "continuous", "chunked_prefill"),
     # a router that reads each replica's clock (when its current step ends)
     "two_replicas_latency_aware": ("static", "dynamic", "continuous", "chunked_prefill"),
     "control": ("dynamic", "continuous", "chunked_prefill"),  # no controller drives static

@@ -57,11 +57,13 @@ def test_a_padded_run_priced_at_once_is_each_step_priced_alone(overheads, tp):
     models = [RooflineCostModel("llama-2-7b", "a100-80gb", tensor_parallel=tp, **overheads)]
     if tp == 1 and not overheads:
         models.append(build_cost_model(None, "llama-2-7b", "a100-80gb"))  # the shipped profile (per-step loop)
+    contexts = range(0, 6000, 13)
     for cm in models:
-        for slots, live in ((1, 1), (8, 8), (32, 5)):
-            contexts = range(0, 6000, 13)
-            seconds, flops, nbytes = cm.padded_decode_costs(slots, live, contexts)
-            alone = [cm.padded_decode_cost(slots, live, c) for c in contexts]
+        for slots, live in ((1, [1]), (8, [8]), (32, [5]), (32, [32, 20, 20, 7, 1])):
+            # live rows per step: a constant, or falling as rows finish (whole stretches of each)
+            lives = [live[i * len(live) // len(contexts)] for i in range(len(contexts))]
+            seconds, flops, nbytes = cm.padded_decode_costs(slots, lives, contexts)
+            alone = [cm.padded_decode_cost(slots, n, c) for n, c in zip(lives, contexts)]
             assert seconds == [c.seconds for c in alone]
             assert flops == [c.useful_flops for c in alone]
             assert nbytes == [c.useful_bytes for c in alone]

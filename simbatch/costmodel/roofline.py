@@ -171,11 +171,12 @@ class PricedByWork:
                          pre))
         return self.price(work, work, n + len(chunk_new))
 
-    def padded_decode_costs(self, num_slots: int, num_live: int, contexts) -> tuple[list, list, list]:
-        """:meth:`padded_decode_cost` of a run of steps, one per entry of ``contexts``:
-        (seconds, useful FLOPs, useful bytes), each a list. Cost models that can price
-        the run at once override this; here it is one call per step."""
-        costs = [self.padded_decode_cost(num_slots, num_live, int(c)) for c in contexts]
+    def padded_decode_costs(self, num_slots: int, num_live: list[int], contexts) -> tuple[list, list, list]:
+        """:meth:`padded_decode_cost` of a run of steps, one per entry of ``contexts`` (and of
+        ``num_live``, each step's live rows): (seconds, useful FLOPs, useful bytes), each a
+        list. Cost models that can price the run at once override this; here it is one call
+        per step."""
+        costs = [self.padded_decode_cost(num_slots, int(n), int(c)) for n, c in zip(num_live, contexts)]
         return ([c.seconds for c in costs], [c.useful_flops for c in costs], [c.useful_bytes for c in costs])
 
     def padded_decode_cost(self, num_slots: int, num_live: int, context: int) -> StepCost:
@@ -283,13 +284,14 @@ class RooflineCostModel(PricedByWork):
         p = self.params
         return p["step_overhead_s"] + p["per_seq_overhead_s"] * live + p["per_token_overhead_s"] * work[0]
 
-    def padded_decode_costs(self, num_slots: int, num_live: int, contexts) -> tuple[list, list, list]:
+    def padded_decode_costs(self, num_slots: int, num_live: list[int], contexts) -> tuple[list, list, list]:
         """A padded batch's run of decode steps priced at once with numpy: the same
         operations, in the same order, as :meth:`price` on each step's
-        ``decode_work`` (so bit-identical): only the attention's context varies."""
+        ``decode_work`` (so bit-identical): only the attention's context and the live rows
+        (``num_live``, per step) vary."""
         if self._moe:  # the experts' term is not in the sum below; price step by step
             return super().padded_decode_costs(num_slots, num_live, contexts)
-        S, n = num_slots, num_live
+        S, n = num_slots, np.asarray(num_live, dtype=np.int64)
         ctx = np.asarray(contexts, dtype=np.int64)
         pairs = S * ctx + S  # decode_work: (context sum + slots) pairs and KV tokens
         attn = np.maximum(pairs * self._attn_flops_pair_dec * self._attn_inv_flops,

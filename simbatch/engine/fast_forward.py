@@ -16,6 +16,8 @@ batch's rows are advanced once at the end of the run.
 
 from __future__ import annotations
 
+import numpy as np
+
 from simbatch.sequence import FINISHED
 
 
@@ -27,52 +29,141 @@ def steady_run(replica):
 
 
 def padded_run(replica):
-    """Decode steps of a started padded batch until one of its rows is about to finish.
+    """Decode steps of a started padded batch to its end (or to a controller's boundary).
 
     Nothing can change such a run but a controller (at ``control_at``): the batch
-    admits no one and its KV was reserved up front. So its steps are priced at once
-    (``padded_decode_costs``) and logged at once at its end (the replica's rows stay in
-    order); each still gets its own SimPy timeout, and the queue length it started with.
+    admits no one, its KV was reserved up front, and a row that finishes becomes a
+    padding slot. So its steps are priced at once (``padded_decode_costs``, with each
+    step's live rows) and logged at once at its end (the replica's rows stay in order).
+    Steps that end before any other process's next event share one timeout
+    (:func:`quiet_steps`); the rest take one each. Whenever the run resumes, the rows
+    that have emitted their last token by then are finished, through the policy's own
+    ``on_step_done``, so what another process can see of the batch (its finished rows)
+    is what the step-by-step engine shows at that time.
     """
     env, policy, log, backend = replica.env, replica.policy, replica.log, replica.backend
     costs_of = getattr(backend, "padded_decode_costs", None)
     cost_of = getattr(backend, "padded_decode_cost", None)
     batch = policy.batch
-    live = [s for s in batch.seqs if s.status != FINISHED]
-    limit = min(s.output_tokens - s.num_generated for s in live) - 1
-    if (costs_of is None and cost_of is None) or limit <= 0:
+    live = sorted((s for s in batch.seqs if s.status != FINISHED), key=lambda s: s.output_tokens - s.num_generated)
+    if (costs_of is None and cost_of is None) or not live:
         return 0
-    slots, n = len(batch.seqs), len(live)
-    step0, decoded0 = log.replica_num_steps[replica.index], batch.num_decodes_done
+    remaining = np.array([s.output_tokens - s.num_generated for s in live])  # ascending
+    limit, slots = int(remaining[-1]), len(batch.seqs)
+    # the live rows of each step (a row with r tokens to go emits its last in step r - 1)
+    lives = (len(live) - np.searchsorted(remaining, np.arange(limit), side="right")).tolist()
+    step0, prev, decoded0 = log.replica_num_steps[replica.index], replica.prev_decode, batch.num_decodes_done
     # the padded context PaddedBatch.next_plan would use for each of these decode steps
     contexts = range(batch.max_prompt + decoded0, batch.max_prompt + decoded0 + limit)
     if costs_of is not None:
-        seconds, flops, nbytes = costs_of(slots, n, contexts)
+        seconds, flops, nbytes = costs_of(slots, lives, contexts)
     else:  # a backend that must see each step priced as it starts (the latency-aware router's clock)
         seconds, flops, nbytes, priced = None, [], [], []
+    used = policy.kv.num_used  # reserved up front: constant through the batch
     starts, waiting, control_at, timeout = [], [], replica.control_at, env.timeout
-    for i in range(limit):
+    rows = _Rows(replica, live, remaining.tolist(), step0, prev)
+    i = 0
+    while i < limit:
+        if seconds is not None:
+            # Steps that end before anything else in the simulation happens (the next event
+            # of any process: an arrival, another replica's step) or a controller is due
+            # change nothing another process could see: one timeout covers them all.
+            quiet, end = quiet_steps(env.now, seconds, i, limit, min(env.peek(), control_at))
+            if quiet:
+                waiting += [policy.num_waiting] * len(quiet)
+                starts += quiet
+                yield timeout(end - env.now)
+                i += len(quiet)
+                rows.finish(i, starts, env.now)
+                continue
         starts.append(env.now)
         waiting.append(policy.num_waiting)
         if seconds is None:
-            cost = cost_of(slots, n, contexts[i])
+            cost = cost_of(slots, lives[i], contexts[i])
             priced.append(cost.seconds)
             flops.append(cost.useful_flops)
             nbytes.append(cost.useful_bytes)
             yield timeout(cost.seconds)
         else:
             yield timeout(seconds[i])
+        i += 1
+        rows.finish(i, starts, env.now)
         if env.now >= control_at:
             break  # a controller may turn a knob at this boundary
     done = len(starts)
     if seconds is None:
         seconds = priced
-    used = policy.kv.num_used  # reserved up front: constant through the batch
-    log.append_steps(replica.index, starts, seconds[:done], n, slots, 0, n, slots - n, used, waiting,
-                     flops[:done], nbytes[:done])
-    batch.num_decodes_done += done
-    advance(replica, live, step0, done)
+    a = 0
+    while a < done:  # one log call per stretch of steps with the same live rows
+        n = lives[a]
+        b = a + lives[a:done].count(n)  # live counts only fall, so equal ones are adjacent
+        log.append_steps(replica.index, starts[a:b], seconds[a:b], n, slots, 0, n, slots - n, used, waiting[a:b],
+                         flops[a:b], nbytes[a:b])
+        a = b
+    batch.num_decodes_done = decoded0 + done
+    advance(replica, rows.unfinished(), step0, done)
     return done
+
+
+class _Rows:
+    """A padded run's live rows, by tokens to go: finishes them as the run's steps complete."""
+
+    def __init__(self, replica, live: list, remaining: list, step0: int, prev: int):
+        self.replica, self.live, self.remaining = replica, live, remaining
+        self.step0, self.prev = step0, prev  # the run's first step; the decode step before it
+        self.next = 0  # live[next:] have not finished
+
+    def finish(self, done: int, starts: list, now: float) -> None:
+        """Steps ``0 .. done - 1`` have run (``starts``: each one's start; ``now``: the last's end):
+        every row whose last token fell in them emits it and leaves, as the step-by-step
+        engine's postprocess and the policy's ``on_step_done`` would have."""
+        live, remaining, k = self.live, self.remaining, self.next
+        if k == len(live) or remaining[k] > done:
+            return
+        finished = []
+        while k < len(live) and remaining[k] <= done:
+            s, r = live[k], remaining[k]
+            end = starts[r] if r < done else now  # the end of step r - 1 is the next one's start
+            self._last_token(s, r, end)
+            finished.append(s)
+            k += 1
+        self.next = k
+        self.replica.policy.on_step_done(None, finished, now)
+
+    def _last_token(self, s, r: int, end: float) -> None:
+        """Row ``s`` emits its remaining ``r`` tokens, the last at the end of the run's step r - 1."""
+        replica, step0 = self.replica, self.step0
+        extends = s.run_first >= 0 and s.run_last >= self.prev  # its run goes on (see postprocess)
+        if r > 1:
+            s.num_generated += r - 1
+            s.num_tokens += r - 1
+            if not extends:
+                replica.close_run(s)
+                s.run_first = step0
+            s.run_last, extends = step0 + r - 2, True
+        s.num_computed += r
+        replica.emit(s, step0 + r - 1, end, extends)
+
+    def unfinished(self) -> list:
+        """The rows still live when the run stopped."""
+        return self.live[self.next:]
+
+
+def quiet_steps(now: float, seconds: list, i: int, limit: int, horizon: float) -> tuple[list, float]:
+    """(starts, end) of steps ``i``, ``i + 1``, ... (below ``limit``) run back to back from
+    ``now`` that end strictly before ``horizon``, times summed one step at a time as SimPy sums
+    them; ``([], now)`` when there are none, or when one timeout from ``now`` would not end
+    at exactly the same float (then each step takes its own)."""
+    starts, t = [], now
+    while i < limit:
+        end = t + seconds[i]
+        if end >= horizon:
+            break
+        starts.append(t)
+        t, i = end, i + 1
+    if not starts or now + (t - now) != t:
+        return [], now
+    return starts, t
 
 
 def decode_run(replica):
