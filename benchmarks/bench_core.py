@@ -19,8 +19,11 @@ import multiprocessing as mp
 import os
 import platform
 import resource
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import timeit
 from concurrent.futures import ProcessPoolExecutor
@@ -67,6 +70,55 @@ def bench_policy(path: Path, kind: str, repeat: int) -> dict:
     return {"wall": wall, "req_per_s": runs[0]["requests"] / wall, "steps": runs[0]["steps"],
             "steps_per_s": runs[0]["steps"] / wall, "base_mib": max(r["base_mib"] for r in runs),
             "peak_mib": max(r["peak_mib"] for r in runs)}
+
+
+def console_command() -> list[str]:
+    """``simbatch`` as a user starts it: the console script installed beside this Python (not a
+    version manager's shim on PATH, which adds its own start-up), else ``python -m simbatch``."""
+    script = Path(sys.executable).parent / "simbatch"
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "simbatch"]
+
+
+def policy_overrides(path: Path, kind: str) -> list[str]:
+    """``--set`` options that make ``simbatch run`` run what ``Scenario.with_policy(kind)`` runs
+    (``kind+streams2``: with ``streams: 2``)."""
+    from simbatch.scenario import read_yaml
+
+    kind, _, variant = kind.partition("+")
+    data = read_yaml(path)
+    params = (data.get("policies") or {}).get(kind)
+    if params is None:
+        params = data["policy"] if data["policy"].get("kind") == kind else {}
+    params = {**params, **({"streams": 2} if variant == "streams2" else {})}
+    return ["--set", f"policy.kind={kind}"] + [a for k, v in params.items() if k != "kind"
+                                               for a in ("--set", f"policy.{k}={v}")]
+
+
+def command_run(path: Path, kind: str) -> dict:
+    """One whole ``simbatch run PATH --out DIR`` under policy ``kind`` in a fresh process: wall
+    seconds from start to exit, and the process's peak RSS (MiB)."""
+    with tempfile.TemporaryDirectory(prefix="bench-run-") as tmp:
+        argv = console_command() + ["run", str(path), "--out", str(Path(tmp) / "out")] \
+            + policy_overrides(path, kind)
+        with open(Path(tmp) / "stderr", "w+b") as errors:
+            start = time.perf_counter()
+            child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=errors)
+            _, status, usage = os.wait4(child.pid, 0)  # this child's own rusage, not all children's
+            wall = time.perf_counter() - start
+            child.returncode = os.waitstatus_to_exitcode(status)
+            errors.seek(0)
+            err = errors.read().decode(errors="replace").strip().splitlines()
+    if child.returncode != 0:
+        return {"error": err[-1] if err else f"simbatch run exited {child.returncode}"}
+    return {"wall": wall, "peak_mib": usage.ru_maxrss / 1024}
+
+
+def bench_command(path: Path, kind: str, repeat: int) -> dict:
+    """Median wall time and largest peak RSS of ``repeat`` whole ``simbatch run`` commands."""
+    runs = [command_run(path, kind) for _ in range(repeat)]
+    if "error" in runs[0]:
+        raise SimbatchError("", runs[0]["error"])
+    return {"wall": statistics.median(r["wall"] for r in runs), "peak_mib": max(r["peak_mib"] for r in runs)}
 
 
 def missing_trace(path: Path) -> Path | None:
