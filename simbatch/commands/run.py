@@ -22,7 +22,6 @@ def add_arguments(p) -> None:
 
 def run(args) -> None:
     from simbatch.runs import run as run_scenario
-    from simbatch.report import format_summary
 
     scenario = load(args)
     if args.trace_out:
@@ -30,6 +29,8 @@ def run(args) -> None:
 
         check_trace_path(args.trace_out)  # a bad path fails before the run, and before --out writes
     out = run_scenario(scenario)
+    from simbatch.report import format_summary  # after the run: nothing it imports delays the simulation
+
     print_notes(out.messages)
     print(format_summary(out.summary, title=f"{scenario.name}: {out.summary['policy']['kind']}"))
     if args.out:
