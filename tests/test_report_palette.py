@@ -39,9 +39,11 @@ def test_report_figures_use_the_palette(kind):
 def test_cli_comparison_plot_uses_the_palette(tmp_path, monkeypatch):
     drawn = []
     real = plots._bar
-    monkeypatch.setattr(plots, "_bar", lambda ax, x, h, w, color, hatch: (drawn.append(color), real(ax, x, h, w, color, hatch)))
-    summaries = {k: {"ttft_ms": {"median": 10.0 * (i + 1), "p99": 30.0 * (i + 1)}, "tpot_ms": {"median": 5.0, "p99": 9.0},
-                     "e2el_ms": {"median": 100.0, "p99": 300.0}, "output_throughput": 50.0 * (i + 1)}
+    monkeypatch.setattr(plots, "_bar", lambda ax, x, h, w, color, hatch: (drawn.append(color),
+                                                                        real(ax, x, h, w, color, hatch)))
+    summaries = {k: {"ttft_ms": {"median": 10.0 * (i + 1), "p99": 30.0 * (i + 1)},
+                     "tpot_ms": {"median": 5.0, "p99": 9.0}, "e2el_ms": {"median": 100.0, "p99": 300.0},
+                     "output_throughput": 50.0 * (i + 1)}
                  for i, k in enumerate(reversed(POLICY_ORDER))}  # not in the usual order: colour by name
     plots.plot_comparison(summaries, tmp_path / "c.png")
     # three latency panels (p50 and p99 bars) and the throughput panel, each policy in turn
