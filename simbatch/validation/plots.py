@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from simbatch.report.figures_latency import ecdf
+from simbatch.report.palette import policy_colour
 
 KIND_STYLE = {"decode_only": ("tab:blue", "o"), "prefill_heavy": ("tab:orange", "s"), "mixed": ("tab:green", "^")}
 CDFS = (("TTFT", "ttft_ms"), ("E2EL", "e2el_ms"))
@@ -57,7 +58,7 @@ def plot_latency_cdfs(validation, path: Path) -> Path:
     fig, axes = plt.subplots(1, len(CDFS), figsize=(5.2 * len(CDFS), 4.0), squeeze=False)
     for ax, (name, key) in zip(axes[0], CDFS):
         for i, (kind, v) in enumerate(validation.policies.items()):
-            color = f"C{i}"
+            color = policy_colour(kind, i)  # the colours every other figure gives the policies
             for out, style, label in ((v.measured, "-", "measured"), (v.predicted, "--", "predicted")):
                 req = out.requests
                 x, y = ecdf(req.loc[req["completed"].astype(bool), key])
