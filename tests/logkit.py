@@ -45,3 +45,14 @@ def three_requests() -> tuple[EventLog, Workload]:
     log.num_preemptions[:] = [1, 0, 0]
     log.replica[:] = 0
     return log, workload([0.0, 0.005, 0.030], [4, 2, 8], [3, 1, 5])
+
+
+DISAGGREGATION_TIMES = ("first_token_s", "finish_s", "transfer_start_s", "transfer_end_s", "decode_start_s")
+
+
+def assert_same_disaggregated_logs(fast: EventLog, slow: EventLog) -> None:
+    """Two disaggregated runs' logs agree exactly: per-request times and every step column."""
+    for name in DISAGGREGATION_TIMES:
+        assert np.array_equal(getattr(fast, name), getattr(slow, name), equal_nan=True), name
+    for column, values in fast.step_table().items():
+        assert np.array_equal(values, slow.step_table()[column]), column

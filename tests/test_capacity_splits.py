@@ -15,15 +15,7 @@ from simbatch.commands.capacity import _splits
 from simbatch.errors import SimbatchError
 from simbatch.scenario import from_dict
 
-SCENARIO = """\
-name: tiny
-workload:
-  synthetic: {num_requests: 40, arrival: {kind: poisson, rate: 2},
-              prompt: {kind: constant, value: 512}, output: {kind: constant, value: 64}}
-model: llama-2-7b
-hardware: a100-80gb
-policy: {kind: continuous}
-"""
+from tests.test_capacity import SCENARIO  # the same tiny scenario
 
 
 def tiny(**extra) -> object:

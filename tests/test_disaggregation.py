@@ -14,6 +14,7 @@ from simbatch.links import LINKS, get_link
 from simbatch.metrics.requests import REQUEST_COLUMNS
 from simbatch.models import get_model
 from simbatch.scenario import from_dict, load_scenario
+from tests.logkit import assert_same_disaggregated_logs
 
 ROOT = Path(__file__).resolve().parents[1]
 KV_PER_TOKEN = get_model("llama-2-7b").kv_bytes_per_token
@@ -174,11 +175,7 @@ def test_fast_path_gives_identical_results(kind, transfer):
     data = scenario_data(decode={"replicas": 2, "hardware": small_gpu(16.5)}, transfer=transfer)
     data["policy"] = {"kind": kind, "max_num_seqs": 64}
     sc = from_dict(data)
-    fast, slow = simulate(sc).log, simulate(sc, fast_forward=False).log
-    for name in ("first_token_s", "finish_s", "transfer_start_s", "transfer_end_s", "decode_start_s"):
-        assert np.array_equal(getattr(fast, name), getattr(slow, name), equal_nan=True), name
-    for column, values in fast.step_table().items():
-        assert np.array_equal(values, slow.step_table()[column]), column
+    assert_same_disaggregated_logs(simulate(sc).log, simulate(sc, fast_forward=False).log)
 
 
 def test_colocated_layout_is_unchanged_by_the_feature():
