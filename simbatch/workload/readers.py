@@ -45,11 +45,18 @@ class _Table:
     columns: dict[str, list]
     lines: np.ndarray
 
-    def column(self, name: str) -> list:
+    def cells(self, name: str) -> list:
+        """Column ``name``'s raw values, or the error naming the header when it is missing."""
         if name not in self.columns:
             have = ", ".join(self.columns) or "none"
             raise SimbatchError(f"{self.path}:1", f"missing column '{name}' (columns: {have})")
         return self.columns[name]
+
+    def column(self, name: str):
+        """Column ``name`` as a pandas Series of its raw values, for parsing with pandas."""
+        import pandas as pd
+
+        return pd.Series(self.cells(name), dtype=object)
 
     def fail(self, row: int, name: str, expected: str) -> None:
         raw = self.columns[name][row]
@@ -292,7 +299,7 @@ MAX_COUNT = 10**9
 
 
 def _ints(t: _Table, name: str, minimum: int | None) -> np.ndarray:
-    raw = t.column(name)
+    raw = t.cells(name)
     values = parse.int_column(raw, signed=minimum is None or minimum < 0)
     if values is not None and not np.any(np.abs(values) > MAX_COUNT) and not (
             minimum is not None and np.any(values < minimum)):
@@ -303,7 +310,7 @@ def _ints(t: _Table, name: str, minimum: int | None) -> np.ndarray:
 def _ints_pandas(t: _Table, name: str, minimum: int | None) -> np.ndarray:
     import pandas as pd
 
-    raw = pd.Series(t.column(name), dtype=object)
+    raw = t.column(name)
     values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
     # Integral floats ("374.0") are accepted: some tools write counts that way.
     bad = ~np.isfinite(values) | (values != np.floor(values)) | (np.abs(values) > MAX_COUNT)
@@ -321,7 +328,7 @@ def _ints_pandas(t: _Table, name: str, minimum: int | None) -> np.ndarray:
 
 
 def _arrivals(t: _Table, name: str, per_second: float) -> np.ndarray:
-    raw = t.column(name)
+    raw = t.cells(name)
     numbers = parse.number_column(raw)
     if numbers is not None:
         return numbers / per_second
@@ -332,7 +339,7 @@ def _arrivals(t: _Table, name: str, per_second: float) -> np.ndarray:
 def _arrivals_pandas(t: _Table, name: str, per_second: float) -> np.ndarray:
     import pandas as pd
 
-    raw = pd.Series(t.column(name), dtype=object)
+    raw = t.column(name)
     if raw.iloc[0] is _MISSING:
         t.fail(0, name, "a number or a timestamp")
     numbers = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
@@ -352,13 +359,13 @@ def _arrivals_pandas(t: _Table, name: str, per_second: float) -> np.ndarray:
 
 
 def _hash_ids(t: _Table, name: str) -> list[tuple[int, ...]]:
-    fast = parse.int_lists(t.column(name))
+    fast = parse.int_lists(t.cells(name))
     return fast if fast is not None else _hash_ids_one_by_one(t, name)
 
 
 def _hash_ids_one_by_one(t: _Table, name: str) -> list[tuple[int, ...]]:
     out = []
-    for i, v in enumerate(t.column(name)):
+    for i, v in enumerate(t.cells(name)):
         if isinstance(v, str):  # CSV cell such as "[1, 2, 3]" or "1 2 3"
             parts = [s for s in re.split(r"[\s,;\[\]]+", v) if s]
             v = [int(s) for s in parts] if all(re.fullmatch(r"-?\d+", s) for s in parts) else None
@@ -369,7 +376,7 @@ def _hash_ids_one_by_one(t: _Table, name: str) -> list[tuple[int, ...]]:
 
 
 def _sessions(t: _Table, name: str) -> list[str | None]:
-    return [None if v is _MISSING or v is None or v == "" else str(v) for v in t.column(name)]
+    return [None if v is _MISSING or v is None or v == "" else str(v) for v in t.cells(name)]
 
 
 def _sorted_from_zero(w: Workload, path: str) -> Workload:
