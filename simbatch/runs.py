@@ -23,7 +23,7 @@ class RunOutput:
 
     ``requests`` and ``steps`` are pandas DataFrames, made on first use: the run
     keeps its tables as numpy columns (``request_columns``, ``step_columns``), so
-    running, summarising and printing a run never import pandas. Built from a
+    running and summarising a run never import pandas. Built from a
     :class:`RunResult`, the summary and the two tables, each given as columns
     (a dict of arrays) or as a DataFrame.
     """
