@@ -15,6 +15,7 @@ from simbatch.metrics.columns import Columns, names, to_frame
 from simbatch.metrics.disaggregation import disaggregation_summary
 from simbatch.quantization import describe as quantization_formats
 from simbatch.scenario import Scenario
+from simbatch.speculative import describe as describe_speculative
 from simbatch.version import __version__
 
 
@@ -116,6 +117,7 @@ def describe_run(result: RunResult) -> dict:
     sc, model, gpu = result.scenario, result.model, result.gpu
     return {
         "scenario": sc.name,
+        "scenario_file": str(Path(sc.source).resolve()) if Path(sc.source).is_file() else None,
         "seed": sc.seed,
         "simbatch_version": __version__,
         "policy": {"kind": sc.data["policy"]["kind"], **dataclasses.asdict(result.policy_params)},
@@ -132,7 +134,16 @@ def describe_run(result: RunResult) -> dict:
         "slo": sc.slo.as_dict() or None,
         "workload": {"source": result.workload.source, "num_requests": len(result.workload)},
         "control": describe_control(result.log.control_rows, sc.data.get("control")),
+        "speculative": describe_speculation(result),
     }
+
+
+def describe_speculation(result: RunResult) -> dict | None:
+    """The speculative section as it ran and what its verify steps did (None without one)."""
+    sc, stats = result.scenario, result.log.speculation
+    if sc.speculative is None or stats is None:
+        return None
+    return {**describe_speculative(sc.speculative, sc.drafter), **stats}
 
 
 def describe_control(rows: list[dict], spec: dict | None) -> dict | None:

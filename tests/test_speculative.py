@@ -102,6 +102,10 @@ def test_speculation_cuts_tpot_under_load_and_reports_what_it_did():
     # vLLM's share of drafts accepted: the leading accepted ones of each step's three.
     assert stats["draft_acceptance_rate"] == pytest.approx(0.7 * (1 - 0.7 ** 3) / 0.3 / 3, rel=0.03)
     assert stats["tokens_per_verify_step"] == pytest.approx((1 - 0.7 ** 4) / 0.3, rel=0.03)
+    assert base["speculative"] is None
+    assert spec["speculative"]["verify_steps"] == stats["verify_steps"] > 0
+    assert spec["speculative"]["expected_tokens_per_step"] == pytest.approx((1 - 0.7 ** 4) / 0.3, abs=1e-4)
+    assert spec["scenario_file"].endswith("scenarios/chat.yaml")
     described = spec["cost_model"]["speculative"]
     assert described["drafter"] == "llama-2-7b-eagle-head" and described["num_speculative_tokens"] == 3
     # ITL pools the gaps between chunks (several tokens arrive together), TPOT divides by tokens.

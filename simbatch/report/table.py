@@ -167,7 +167,8 @@ def format_summary(summary: dict, title: str) -> str:
 
 
 def feature_lines(s: dict) -> list[str]:
-    """One line each for the features a run used: prefix cache, controller, disaggregation."""
+    """One line each for the features a run used: prefix cache, controller, speculative decoding,
+    disaggregation."""
     lines = []
     pc = s.get("prefix_cache")
     if isinstance(pc, dict):
@@ -177,6 +178,11 @@ def feature_lines(s: dict) -> list[str]:
     if isinstance(ctl, dict):
         lines.append(f"control       {ctl.get('kind')} on {ctl.get('knob')}: {fmt_num(ctl.get('start'))} -> "
                      f"{fmt_num(ctl.get('final'))} (mean {fmt_num(ctl.get('mean'))}, {ctl.get('decisions')} decisions)")
+    spec = s.get("speculative")
+    if isinstance(spec, dict):
+        lines.append(f"speculative   {spec.get('method')} x {spec.get('num_speculative_tokens')} drafts: "
+                     f"{fmt_num(spec.get('tokens_per_verify_step'))} tokens per verify step, "
+                     f"{fmt_pct(spec.get('draft_acceptance_rate'))} % of drafts accepted")
     dis = s.get("disaggregation")
     if isinstance(dis, dict):
         pre, dec = dis.get("prefill") or {}, dis.get("decode") or {}
