@@ -90,8 +90,7 @@ class RunOutput:
                        if k in ("ttft_ms", "tpot_ms")}
             extra = {"control.csv": lambda p: control.to_csv(p, index=False),
                      "control.png": lambda p: plot_control(control, p, targets)}
-        # The report's CSV writer takes DataFrames (simbatch.report.csv_table).
-        write_run(Path(out_dir), self.summary, self.requests, self.steps, self.messages, extra)
+        write_run(Path(out_dir), self.summary, self.request_columns, self.step_columns, self.messages, extra)
 
 
 def _as_columns(table) -> Columns:

@@ -19,33 +19,46 @@ unchanged. ``tests/test_csv_table.py`` checks the bytes against pandas.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
-import pandas as pd
 
 _QUOTE = (",", '"', "\n", "\r")
 
 
-def write_csv(path, table: pd.DataFrame) -> None:
-    """Write ``table`` to ``path`` as ``table.to_csv(path, index=False)`` would."""
-    names = [str(c) for c in table.columns]
+def write_csv(path, table) -> None:
+    """Write ``table`` (a DataFrame, or a mapping of column name to 1-D array) to ``path`` as
+    ``table.to_csv(path, index=False)`` would (``pd.DataFrame(table)`` for a mapping)."""
+    if isinstance(table, Mapping):
+        columns = [np.asarray(v) for v in table.values()]
+        names, rows = [str(c) for c in table], (len(columns[0]) if columns else 0)
+    else:
+        columns = [series for _, series in table.items()]
+        names, rows = [str(c) for c in table.columns], len(table)
     # One column: the csv module quotes an empty row as "" (a row of one empty field).
     plain = len(names) > 1 and not any(map(_needs_quote, names))
-    columns = _column_texts(table) if plain else None
-    if columns is None:
-        table.to_csv(path, index=False)
+    texts = _column_texts(columns) if plain else None
+    if texts is None:
+        _pandas_csv(path, table)
         return
     with open(path, "w", encoding="utf-8", newline="") as f:
         f.write(",".join(names) + "\n")
-        if len(table):
-            f.write("\n".join(map(",".join, zip(*columns))))
+        if rows:
+            f.write("\n".join(map(",".join, zip(*texts))))
             f.write("\n")
 
 
-def _column_texts(table: pd.DataFrame) -> list[list[str]] | None:
+def _pandas_csv(path, table) -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame(table, columns=list(table)) if isinstance(table, Mapping) else table
+    frame.to_csv(path, index=False)
+
+
+def _column_texts(columns: list) -> list[list[str]] | None:
     """Each column as its CSV cells, or None if one has a dtype this writer leaves to pandas."""
     out = []
-    for _, series in table.items():
+    for series in columns:
         cells = _cells(series)
         if cells is None:
             return None
@@ -53,10 +66,10 @@ def _column_texts(table: pd.DataFrame) -> list[list[str]] | None:
     return out
 
 
-def _cells(series: pd.Series) -> list[str] | None:
+def _cells(series) -> list[str] | None:
     if not isinstance(series.dtype, np.dtype):
         return None  # pandas' extension types (nullable integers, categories...)
-    values = series.to_numpy()
+    values = np.asarray(series)
     kind = values.dtype.kind
     if kind in "iub":
         return list(map(str, values.tolist()))

@@ -32,12 +32,15 @@ import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from simbatch.errors import SimbatchError
 from simbatch.report.csv_table import write_csv as _write_csv  # tests replace it here
+
+if TYPE_CHECKING:  # pandas only in annotations: a run writes its tables without it
+    import pandas as pd
 
 MARKER = ".simbatch-output"  # in every output folder: simbatch wrote it, and may replace it whole
 # What earlier simbatch outputs hold (before the marker): they may be replaced too.
@@ -162,7 +165,7 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
     return path
 
 
-def write_run(out_dir, summary: dict, requests: pd.DataFrame, steps: pd.DataFrame,
+def write_run(out_dir, summary: dict, requests: pd.DataFrame | dict, steps: pd.DataFrame | dict,
               log_lines: list[str], extra: dict[str, Callable[[Path], None]] | None = None) -> list[Path]:
     """Write ``summary.json``, ``requests.csv``, ``steps.csv`` and ``run.log`` into ``out_dir``
     (plus ``extra``: file name -> writer, e.g. a controller's trajectory).

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas only in annotations: a run writes its tables without it
+    import pandas as pd
+
 
 # (header with unit, comparison-table column, kind): kind picks the formatting.
 COMPARISON_VIEW = (
