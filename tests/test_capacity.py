@@ -315,6 +315,18 @@ policy: {kind: continuous}
 """
 
 
+def capacity_splits_cli(tmp_path, splits: str):
+    """``simbatch capacity`` on the tiny scenario over ``--splits splits`` (continuous, one seed,
+    inline); returns its output folder."""
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    out = tmp_path / "cap"
+    assert main(["capacity", str(path), "--slo", "ttft_p99_ms=500", "--policies", "continuous",
+                 "--splits", splits, "--seeds", "0", "--tolerance", "0.3", "--target-rate", "8",
+                 "--executor", "inline", "--out", str(out)]) == 0
+    return out
+
+
 def test_cli_prints_boundaries_and_writes_ranked_csvs(tmp_path, capsys):
     path = tmp_path / "s.yaml"
     path.write_text(SCENARIO)
@@ -365,18 +377,13 @@ def test_split_candidates_size_both_pools_in_their_ratio(tmp_path, capsys):
     assert not candidate_scenario(sc.with_layout("disaggregated") if sc.disaggregation else sc, colocated,
                                   1.0, 0).is_disaggregated
 
-    path = tmp_path / "s.yaml"
-    path.write_text(SCENARIO)
-    out = tmp_path / "cap"
-    assert main(["capacity", str(path), "--slo", "ttft_p99_ms=500", "--policies", "continuous",
-                 "--splits", "colocated,1:1", "--seeds", "0", "--tolerance", "0.3", "--target-rate", "8",
-                 "--executor", "inline", "--out", str(out)]) == 0
+    out = capacity_splits_cli(tmp_path, "colocated,1:1")
     table = pd.read_csv(out / "capacity.csv").set_index("split")
     assert set(table.index) == {"colocated", "1P+1D"}
     # a unit of 1P+1D is two GPUs: its GPUs and dollars at the target count both pools
     assert table.loc["1P+1D", "target_gpus"] == 2 * table.loc["1P+1D", "target_replicas"]
     assert table.loc["1P+1D", "gpus"] == 2 * table.loc["colocated", "gpus"]
-    assert main(["capacity", str(path), "--splits", "2-2"]) == 2
+    assert main(["capacity", str(tmp_path / "s.yaml"), "--splits", "2-2"]) == 2
     assert "--splits" in capsys.readouterr().err
 
 

@@ -15,7 +15,7 @@ from simbatch.commands.capacity import _splits
 from simbatch.errors import SimbatchError
 from simbatch.scenario import from_dict
 
-from tests.test_capacity import SCENARIO  # the same tiny scenario
+from tests.test_capacity import SCENARIO, capacity_splits_cli  # the same tiny scenario
 
 
 def tiny(**extra) -> object:
@@ -89,12 +89,7 @@ def test_a_split_is_checked_as_its_pools_not_as_the_colocated_cluster():
 
 
 def test_capacity_gpu_counts_match_what_the_runs_count(tmp_path, capsys):
-    path = tmp_path / "s.yaml"
-    path.write_text(SCENARIO)
-    out = tmp_path / "cap"
-    assert main(["capacity", str(path), "--slo", "ttft_p99_ms=500", "--policies", "continuous",
-                 "--splits", "colocated,1tp2:1tp1pp2", "--seeds", "0", "--tolerance", "0.3", "--target-rate", "8",
-                 "--executor", "inline", "--out", str(out)]) == 0
+    out = capacity_splits_cli(tmp_path, "colocated,1tp2:1tp1pp2")
     text = capsys.readouterr().out
     assert "of 1P(tp2)+1D(tp1pp2)" in text
     table = pd.read_csv(out / "capacity.csv").set_index("split")
