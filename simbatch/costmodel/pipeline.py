@@ -43,6 +43,12 @@ def stage_layers(num_layers: int, stages: int) -> list[int]:
     return parts
 
 
+def largest_stage_share(num_layers: int, stages: int) -> float:
+    """The share of the model's layers (hence of its weights and each token's KV) that the stage
+    with the most layers holds: what binds a pipeline replica's memory (1 without one)."""
+    return max(stage_layers(num_layers, stages)) / num_layers
+
+
 class PipelineCostModel(PricedByWork):
     """Prices a step on a replica of ``stages`` pipeline stages (see the module docstring)."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from simbatch.costmodel import build_cost_model
-from simbatch.costmodel.pipeline import stage_layers
+from simbatch.costmodel.pipeline import largest_stage_share
 from simbatch.costmodel.roofline import check_tensor_parallel, linear_rate
 from simbatch.engine.replica import Replica
 from simbatch.errors import SimbatchError
@@ -115,7 +115,7 @@ def kv_blocks_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
     params = scenario.policy.params if policy_params is None else policy_params
     reserved = scenario.engine.reserved_bytes(model, tp, params, gpu.memory_bytes)
     # Pipeline stages hold their layers' weights and KV; the stage with the most layers binds.
-    share = max(stage_layers(model.num_layers, stages)) / model.num_layers
+    share = largest_stage_share(model.num_layers, stages)
     sizing = dict(gpu_memory_bytes=gpu.memory_bytes, weight_bytes=model.weight_bytes * share,
                   kv_bytes_per_token_per_gpu=model.kv_bytes_per_token_per_gpu(tp) * share, tensor_parallel=tp,
                   gpu_memory_utilization=kv.gpu_memory_utilization, reserved_bytes=reserved)

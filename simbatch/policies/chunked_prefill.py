@@ -149,9 +149,7 @@ class ChunkedPrefillPolicy(IterationPolicy):
 
     def prefill_room(self) -> int:
         # What is left of the budget after every running decode's token (and drafts).
-        if self.spec_tokens:
-            return self.params.budget - sum(map(self.decode_tokens, self.running))
-        return self.params.budget - len(self.running)
+        return self.params.budget - self.decode_need()
 
     def admission_tokens(self, seq: Sequence, hit: int, budget: int) -> int:
         # A first chunk: what the prefix cache does not hold, within the cap and the budget.

@@ -89,12 +89,10 @@ class ContinuousPolicy(IterationPolicy):
                 or self.head_blocked())
 
     def prefill_room(self) -> int:
-        # With mixing the decodes take one token each of the budget first; prefill-first
+        # With mixing the decodes take their tokens of the budget first; prefill-first
         # admits before any decode is planned.
         budget = self.params.max_num_batched_tokens
-        if not self.params.mix_prefill_decode:
-            return budget
-        return budget - (sum(map(self.decode_tokens, self.running)) if self.spec_tokens else len(self.running))
+        return budget - self.decode_need() if self.params.mix_prefill_decode else budget
 
     def admission_tokens(self, seq: Sequence, hit: int, budget: int) -> int:
         # The whole prompt (what the prefix cache does not hold), or nothing.

@@ -68,6 +68,11 @@ class IterationPolicy(Policy):
         the drafts to verify, never past its last output token (the engine knows max_tokens)."""
         return 1 + min(self.spec_tokens, seq.output_tokens - seq.num_generated - 1)
 
+    def decode_need(self) -> int:
+        """Tokens of a step's budget the running requests' decodes take: one each, plus their
+        drafts under speculative decoding."""
+        return sum(map(self.decode_tokens, self.running)) if self.spec_tokens else len(self.running)
+
     def add(self, seq: Sequence, now: float) -> None:
         self.waiting.append(seq)
         self.order.dirty = True

@@ -27,7 +27,7 @@ from simbatch.engine.setup import (
     kv_blocks_per_replica,
     replica_backend,
 )
-from simbatch.costmodel.pipeline import stage_layers
+from simbatch.costmodel.pipeline import largest_stage_share
 from simbatch.disaggregation_params import PIPELINE_FIELDS, POOLS
 from simbatch.errors import SimbatchError
 from simbatch.eventlog import EventLog
@@ -156,7 +156,7 @@ def dispatch_prefill(env, workload: Workload, prefill: list, decode_limits: list
 def gpu_share(pool: PoolSetup, num_layers: int) -> float:
     """The largest share of a replica's KV cache one of its GPUs holds: its stage's layers
     (the stage with the most) over its ``tensor_parallel`` GPUs; 1 / TP without a pipeline."""
-    return max(stage_layers(num_layers, pool.pipeline_parallel)) / num_layers / pool.tensor_parallel
+    return largest_stage_share(num_layers, pool.pipeline_parallel) / pool.tensor_parallel
 
 
 def link_lanes(prefill: list, decode: list, pools: list[PoolSetup], num_layers: int) -> dict:
