@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simbatch.errors import SimbatchError
+from simbatch.textfile import read_text
 
 
 @dataclass(frozen=True)
@@ -80,12 +81,10 @@ def read_hf_config(path: Path, where: str) -> dict:
     """The JSON object in ``path``; any problem (unreadable, not UTF-8, not JSON, not an
     object) is a one-line :class:`SimbatchError` naming the file."""
     path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as e:
-        raise SimbatchError(where, f"cannot read {path}: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise SimbatchError(where, f"{path} is not UTF-8 text (byte {e.start})") from None
+    try:  # the one loader of user files: its messages, after the scenario field
+        text = read_text(path, "config.json")
+    except SimbatchError as e:
+        raise SimbatchError(where, str(e)) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:

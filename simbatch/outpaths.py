@@ -27,12 +27,17 @@ def check_out_dir(out_dir: str | Path, flag: str = "--out", whole: bool = True) 
             raise SimbatchError(f"{flag} {out_dir}", "holds files simbatch did not write; an output folder is "
                                                      "replaced whole, so give a new folder")
     existing = next((p for p in (out_dir, *out_dir.parents) if p.exists()), Path("."))
-    try:  # a real probe: permissions, read-only or virtual filesystems (/proc), even as root
-        os.rmdir(tempfile.mkdtemp(prefix=".simbatch-probe-", dir=existing))
-    except OSError as exc:
-        raise SimbatchError(f"{flag} {out_dir}", f"cannot write in {existing} "
-                                                 f"({exc.strerror or exc})") from None
+    _probe(existing, f"{flag} {out_dir}")
     return out_dir
+
+
+def _probe(folder: Path, where: str) -> None:
+    """Create and remove a folder in ``folder``: a real probe of permissions and of read-only or
+    virtual filesystems (``/proc``), which holds even as root, where permission bits do not."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".simbatch-probe-", dir=folder))
+    except OSError as exc:
+        raise SimbatchError(where, f"cannot write in {folder} ({exc.strerror or exc})") from None
 
 
 def check_out_file(path: str | Path, example: str = "out.json") -> Path:
@@ -43,4 +48,5 @@ def check_out_file(path: str | Path, example: str = "out.json") -> Path:
         raise SimbatchError(str(path), f"is a folder; give a file name such as {example}")
     if not path.parent.is_dir():
         raise SimbatchError(str(path), f"folder {path.parent} does not exist")
+    _probe(path.parent, str(path))  # the file is written beside, then renamed: the folder must take it
     return path

@@ -10,6 +10,7 @@ written. Nothing here needs torch.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import shutil
@@ -22,6 +23,7 @@ import pandas as pd
 import yaml
 
 from simbatch.errors import SimbatchError
+from simbatch.textfile import read_text
 
 FORMAT = "simbatch-profile/1"
 HEADER_FILE = "profile.yaml"
@@ -193,9 +195,9 @@ def _check_row(table: pd.DataFrame, numeric: dict, i: int, where: str) -> None:
 
 
 def _read_header(path: Path) -> dict:
-    if not path.is_file():
+    if not path.exists():
         raise SimbatchError(str(path), "missing (every profile folder has one)")
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = read_text(path, "profile header")  # the one loader of user files (a folder, no permission...)
     try:
         header = yaml.safe_load(text)
         lines = _key_lines(text)
@@ -224,10 +226,11 @@ def _key_lines(text: str) -> dict[str, int]:
 
 
 def _read_measurements(path: Path) -> pd.DataFrame:
-    if not path.is_file():
+    if not path.exists():
         raise SimbatchError(str(path), "missing (every profile folder has one)")
+    text = read_text(path, "profile's measurements")
     try:
-        table = pd.read_csv(path, dtype={"op": str, "scope": str}, keep_default_na=True)
+        table = pd.read_csv(io.StringIO(text), dtype={"op": str, "scope": str}, keep_default_na=True)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
         raise SimbatchError(str(path), f"not a readable CSV ({' '.join(str(exc).split())})") from None
     return check_measurements(table, str(path))

@@ -1,10 +1,11 @@
 """Reading the YAML files users give simbatch: one loader, every refusal a one-line error.
 
-Text files first (:func:`read_text`): a directory, a device such as
-``/dev/null``, a file the user may not read or one that is not UTF-8 is
-refused with its cause, never a traceback or a misleading "not found". YAML
-then (:func:`load_yaml`), through PyYAML's safe loader with three checks of
-the composed document before anything is built from it:
+Text files first, through the one loader of user files
+(:func:`simbatch.textfile.read_text`: a folder, a device such as ``/dev/null``,
+a file the user may not read or one that is not UTF-8 is refused with its
+cause). YAML then (:func:`load_yaml`, or :func:`parse_yaml` for text in hand),
+through PyYAML's safe loader with three checks of the composed document before
+anything is built from it:
 
 - **duplicate keys**: YAML says a mapping's keys are unique, PyYAML keeps
   the last silently (a second ``policy:`` line would quietly replace the
@@ -30,6 +31,7 @@ from pathlib import Path
 import yaml
 
 from simbatch.errors import SimbatchError
+from simbatch.textfile import read_text  # noqa: F401  (re-exported: scenario.py reads through it)
 
 MAX_NODES = 1_000_000  # nodes a document may expand to, aliases followed
 
@@ -50,29 +52,6 @@ Loader.add_implicit_resolver("tag:yaml.org,2002:float",
 def safe_load(text: str):
     """``yaml.safe_load`` with :class:`Loader` (for one-line values such as ``--set``'s)."""
     return yaml.load(text, Loader=Loader)
-
-
-def read_text(path: str | Path, what: str = "file") -> str:
-    """The UTF-8 text of ``path``; every reason it cannot be read is a one-line error."""
-    p = Path(path)
-    try:
-        if not p.exists():
-            raise SimbatchError(str(p), f"{what} not found")
-        if p.is_dir():
-            raise SimbatchError(str(p), f"is a folder, not a {what}")
-        if not p.is_file():
-            raise SimbatchError(str(p), f"is not a regular file (a device or pipe?), not a {what}")
-        data = p.read_bytes()
-    except PermissionError:
-        raise SimbatchError(str(p), f"cannot read the {what}: permission denied") from None
-    except OSError as exc:
-        raise SimbatchError(str(p), f"cannot read the {what}: {exc.strerror or exc}") from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise SimbatchError(f"{p}:{line}", f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
-                                           f"{exc.start}); save the {what} as UTF-8") from None
 
 
 def compose(text: str, source: str) -> yaml.Node | None:
@@ -98,8 +77,12 @@ def compose(text: str, source: str) -> yaml.Node | None:
 
 def load_yaml(path: str | Path, what: str = "file"):
     """The Python value of the YAML file at ``path``, after :func:`read_text` and :func:`compose`."""
-    source = str(path)
-    node = compose(read_text(path, what), source)
+    return parse_yaml(read_text(path, what), str(path))
+
+
+def parse_yaml(text: str, source: str):
+    """The Python value of YAML ``text`` read from ``source``, checked by :func:`compose`."""
+    node = compose(text, source)
     if node is None:
         return None
     loader = Loader("")

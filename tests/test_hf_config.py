@@ -237,7 +237,7 @@ def test_invalid_json_names_the_file_and_line(tmp_path):
 
 
 @pytest.mark.parametrize("content,fragment", [
-    (b"\xff\xfe{}", "is not UTF-8"),
+    (b"\xff\xfe{}", "not UTF-8 text"),
     (b"[1, 2]", "holds a JSON list, expected an object"),
 ])
 def test_unreadable_configs_are_one_line_errors(tmp_path, content, fragment):
@@ -246,7 +246,7 @@ def test_unreadable_configs_are_one_line_errors(tmp_path, content, fragment):
     with pytest.raises(SimbatchError, match=fragment) as info:
         read_hf_config(path, "model.config")
     assert str(path) in str(info.value)
-    with pytest.raises(SimbatchError, match=r"^model\.config: cannot read .*nope\.json"):
+    with pytest.raises(SimbatchError, match=r"^model\.config: .*nope\.json: config\.json not found"):
         get_model({"config": "nope.json"}, base_dir=tmp_path)
 
 

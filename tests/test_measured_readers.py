@@ -307,9 +307,10 @@ def test_bad_exp(tmp_path, rows, where, cause):
 
 
 def test_bad_files(tmp_path):
-    cases = {"missing.exp": (None, "file not found"), "dir.exp": ("dir", "not a file"),
-             "empty.exp": (b"  \n", "file is empty"), "latin.exp": (b"[{'a': '\xe9'}]", "not a UTF-8")}
-    for name, (content, cause) in cases.items():
+    cases = {"missing.exp": (None, "log file not found", ""), "dir.exp": ("dir", "is a folder", ""),
+             "empty.exp": (b"  \n", "file is empty", ""),
+             "latin.exp": (b"[{'a': '\xe9'}]", r"not UTF-8 text \(byte 0xe9", ":1")}
+    for name, (content, cause, line) in cases.items():
         p = tmp_path / name
         if content == "dir":
             p.mkdir()
@@ -317,7 +318,7 @@ def test_bad_files(tmp_path):
             p.write_bytes(content)
         with pytest.raises(SimbatchError, match=cause) as e:
             read_measured(p)
-        assert e.value.where == str(p)
+        assert e.value.where == f"{p}{line}"
     deep = tmp_path / "deep.exp"
     deep.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(SimbatchError, match=r"deep|literal"):

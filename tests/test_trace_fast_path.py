@@ -39,7 +39,7 @@ def test_csv_columns_match_pandas(tmp_path_factory, rows, newline, trailing, bla
     path.write_bytes(text.encode())
     fast = parse.csv_columns(text)
     try:
-        slow = readers._load_csv_pandas(path)
+        slow = readers._load_csv_pandas(path, text)
     except SimbatchError:
         assert fast is None
         return
@@ -120,7 +120,7 @@ def test_jsonl_records_match_json_loads(tmp_path, text):
     path.write_text(text, encoding="utf-8")
     fast = parse.jsonl_records(path.read_text(encoding="utf-8-sig"))
     try:
-        records, lines = readers._jsonl_records_one_by_one(path)
+        records, lines = readers._jsonl_records_one_by_one(path, path.read_text(encoding="utf-8-sig"))
     except SimbatchError:
         assert fast is None
         return

@@ -31,6 +31,7 @@ import pandas as pd
 
 from simbatch.errors import SimbatchError
 from simbatch.measured.run import MeasuredRun
+from simbatch.textfile import read_text, regular_file
 from simbatch.workload.readers import TIME_UNITS, _ints, _load, check_column_mapping
 
 FORMATS = ("distserve", "vllm", "genai-perf", "generic")
@@ -475,10 +476,7 @@ def read_generic_run(path: str | Path, columns: dict, system: str = "") -> Measu
     """
     roles = _generic_roles(columns)
     p = _existing(path)
-    try:
-        t = _load(p)
-    except OSError as e:
-        raise SimbatchError(str(p), f"unreadable ({e.strerror or e})") from None
+    t = _load(p, _text(p))
     if len(t.lines) == 0:
         raise SimbatchError(str(p), "file is empty: no requests")
     unit = TIME_UNITS[roles.get("time_unit", "s")]
@@ -516,24 +514,14 @@ def _seconds(t, name: str, per_second: float, minimum: float | None) -> np.ndarr
 
 # --- shared: files --------------------------------------------------------------
 
+# Files are opened by the one loader of user files (simbatch.textfile): the same messages as
+# for scenarios and traces.
 def _existing(path: str | Path) -> Path:
-    p = Path(path)
-    if not p.exists():
-        raise SimbatchError(str(path), "file not found")
-    if not p.is_file():
-        raise SimbatchError(str(path), "not a file")
-    return p
+    return regular_file(path, "log file")
 
 
 def _text(p: Path) -> str:
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise SimbatchError(str(p), f"unreadable ({e.strerror or e})") from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise SimbatchError(str(p), f"not a UTF-8 text file ({e.reason} at byte {e.start})") from None
+    text = read_text(p, "log file")
     if not text.strip():
         raise SimbatchError(str(p), "file is empty")
     return text

@@ -15,6 +15,7 @@ does); the rest, and every error, go through pandas as before.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import re
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from simbatch.errors import SimbatchError
+from simbatch.textfile import read_text
 import simbatch.workload.parse as parse
 from simbatch.workload.request import Workload
 from simbatch.workload.transforms import take
@@ -66,12 +68,12 @@ class _Table:
 
 def read_azure(path: str | Path) -> Workload:
     """Read an Azure LLM inference 2023 CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``)."""
-    return _read(path, _AZURE, "azure")
+    return _read(path, _AZURE, "azure", _text(path))
 
 
 def read_mooncake(path: str | Path) -> Workload:
     """Read a Mooncake JSONL trace (ms ``timestamp``, lengths, 512-token ``hash_ids``)."""
-    return _read(path, _MOONCAKE, "mooncake")
+    return _read(path, _MOONCAKE, "mooncake", _text(path))
 
 
 def read_lengths(path: str | Path) -> Workload:
@@ -81,8 +83,12 @@ def read_lengths(path: str | Path) -> Workload:
     NaN and the caller must supply arrivals (``build_workload`` does, from an
     ``arrival:`` spec).
     """
-    has_arrivals = "arrived_at" in _header(_existing(path))
-    return _read(path, {**_LENGTHS, "arrival": "arrived_at"} if has_arrivals else _LENGTHS, "lengths")
+    text = _text(path)
+    return _read(path, _lengths_roles(text), "lengths", text)
+
+
+def _lengths_roles(text: str) -> dict:
+    return {**_LENGTHS, "arrival": "arrived_at"} if "arrived_at" in _header(text) else _LENGTHS
 
 
 def read_generic(path: str | Path, columns: dict, where: str | None = None) -> Workload:
@@ -95,7 +101,7 @@ def read_generic(path: str | Path, columns: dict, where: str | None = None) -> W
     """
     check_column_mapping(columns, GENERIC_KEYS, ("prompt", "output"), where or "columns",
                          "missing: the column holding the token count")
-    return _read(path, columns, "generic")
+    return _read(path, columns, "generic", _text(path))
 
 
 def check_column_mapping(columns: object, allowed: tuple, required: tuple, where: str, missing: str) -> None:
@@ -120,47 +126,54 @@ def check_column_mapping(columns: object, allowed: tuple, required: tuple, where
 def read_trace(path: str | Path, fmt: str | None = None, columns: dict | None = None,
                where: str = "workload") -> Workload:
     """Read a trace in ``fmt`` (inferred by :func:`detect_format` when None)."""
-    fmt = fmt or detect_format(path)
-    if fmt not in FORMATS:
+    if fmt is not None and fmt not in FORMATS:
         raise SimbatchError(f"{where}.format", f"unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
+    text = _text(path)  # read once: detecting the format and reading the rows share it
+    fmt = fmt or _detect(Path(path), text)
     if fmt == "generic":
         if columns is None:
-            raise SimbatchError(f"{where}.columns", unrecognised(_existing(path)))
-        return read_generic(path, columns, f"{where}.columns")
+            raise SimbatchError(f"{where}.columns", unrecognised(Path(path), text))
+        check_column_mapping(columns, GENERIC_KEYS, ("prompt", "output"), f"{where}.columns",
+                             "missing: the column holding the token count")
+        return _read(path, columns, "generic", text)
     if columns is not None:
         raise SimbatchError(f"{where}.columns", f"only allowed with format: generic (this is {fmt})")
-    return {"azure": read_azure, "mooncake": read_mooncake, "lengths": read_lengths}[fmt](path)
+    roles = _lengths_roles(text) if fmt == "lengths" else {"azure": _AZURE, "mooncake": _MOONCAKE}[fmt]
+    return _read(path, roles, fmt, text)
 
 
 def detect_format(path: str | Path) -> str:
     """Guess a trace's format from its extension and first line."""
-    p = _existing(path)
-    if _is_jsonl(p):
+    return _detect(Path(path), _text(path))
+
+
+def _detect(p: Path, text: str) -> str:
+    if _is_jsonl(p, text):
         try:
-            first = json.loads(_first_line(p))
+            first = json.loads(_first_line(text))
         except json.JSONDecodeError:
             return "generic"  # the reader will say which line is broken
         keys = set(first) if isinstance(first, dict) else set()
         return "mooncake" if {"timestamp", "input_length", "output_length"} <= keys else "generic"
-    header = _header(p)
+    header = _header(text)
     if set(_AZURE.values()) <= header:
         return "azure"
     return "lengths" if set(_LENGTHS.values()) <= header else "generic"
 
 
-def unrecognised(p: Path) -> str:
-    """Why a trace matched no known format, from what its first line holds, and the fix."""
-    line = _first_line(p).strip()
+def unrecognised(p: Path, text: str) -> str:
+    """Why trace ``p`` (``text``) matched no known format, from what its first line holds, and the fix."""
+    line = _first_line(text).strip()
     if not line:
         return f"{p} is empty"
-    if _is_jsonl(p):
+    if _is_jsonl(p, text):
         try:
             first = json.loads(line)
         except json.JSONDecodeError:
             return f"{p}: its first line is not JSON"
         found = sorted(first) if isinstance(first, dict) else [type(first).__name__]
     else:
-        found = sorted(_header(p))
+        found = sorted(_header(text))
     known = "; ".join(f"{name}: {', '.join(cols[k] for k in ('arrival', 'prompt', 'output') if k in cols)}"
                       for name, cols in (("azure", _AZURE), ("mooncake", _MOONCAKE), ("lengths", _LENGTHS)))
     tabs = " (tab-separated? traces are comma-separated)" if "\t" in line else ""
@@ -171,53 +184,56 @@ def unrecognised(p: Path) -> str:
 
 # --- loading ---------------------------------------------------------------
 
-def _existing(path: str | Path) -> Path:
-    p = Path(path)
-    if not p.is_file():
-        raise SimbatchError(str(path), "trace file not found")
-    return p
+def _text(path: str | Path) -> str:
+    """The trace's text, through the one loader of user files (:mod:`simbatch.textfile`)."""
+    return read_text(path, "trace file")
 
 
-def _first_line(p: Path) -> str:
-    with p.open(encoding="utf-8-sig", errors="replace") as f:
-        return next((line for line in f if line.strip()), "")
+def _first_line(text: str) -> str:
+    """The first line of ``text`` that is not blank, with its newline ("" if none)."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end + 1
+        if text[start:end].strip():
+            return text[start:end]
+        start = end
+    return ""
 
 
-def _header(p: Path) -> set[str]:
-    return {c.strip() for c in _first_line(p).strip().split(",")}
+def _header(text: str) -> set[str]:
+    return {c.strip() for c in _first_line(text).strip().split(",")}
 
 
-def _is_jsonl(p: Path) -> bool:
+def _is_jsonl(p: Path, text: str) -> bool:
     if p.suffix.lower() in (".jsonl", ".json"):
         return True
-    return p.suffix.lower() != ".csv" and _first_line(p).lstrip().startswith("{")
+    return p.suffix.lower() != ".csv" and _first_line(text).lstrip().startswith("{")
 
 
-def _load(path: str | Path) -> _Table:
-    p = _existing(path)
-    try:
-        return _load_jsonl(p) if _is_jsonl(p) else _load_csv(p)
-    except UnicodeDecodeError as e:
-        raise SimbatchError(str(path), f"not a UTF-8 text file ({e.reason})") from None
+def _load(path: str | Path, text: str | None = None) -> _Table:
+    """The raw columns of the trace at ``path`` (``text``: its text, when already read)."""
+    p = Path(path)
+    text = _text(p) if text is None else text
+    return _load_jsonl(p, text) if _is_jsonl(p, text) else _load_csv(p, text)
 
 
-def _load_csv(p: Path) -> _Table:
-    fast = parse.csv_columns(p.read_text(encoding="utf-8-sig"))
+def _load_csv(p: Path, text: str) -> _Table:
+    fast = parse.csv_columns(text)
     if fast is None:
-        return _load_csv_pandas(p)
+        return _load_csv_pandas(p, text)
     _, columns, lines = fast
     return _Table(str(p), columns, lines)
 
 
-def _load_csv_pandas(p: Path) -> _Table:
+def _load_csv_pandas(p: Path, text: str) -> _Table:
     # pandas' C parser does the heavy lifting; rows keep their raw strings so a
     # bad value is quoted back exactly. Blank lines are kept while parsing so
     # that row i is file line i + 2, then dropped.
     import pandas as pd
 
     try:
-        df = pd.read_csv(p, dtype=str, keep_default_na=False, skip_blank_lines=False,
-                         encoding="utf-8-sig")
+        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skip_blank_lines=False)
     except pd.errors.EmptyDataError:
         raise SimbatchError(str(p), "file is empty") from None
     except pd.errors.ParserError as e:
@@ -229,17 +245,17 @@ def _load_csv_pandas(p: Path) -> _Table:
         raise SimbatchError(f"{p}:1", "the first line, the CSV header, is empty")
     df.columns = [str(c).strip() for c in df.columns]
     lines = np.arange(2, len(df) + 2)
-    keep = _check_short_rows(p, df, lines)
+    keep = _check_short_rows(p, df, lines, text)
     return _Table(str(p), {c: df[c][keep].tolist() for c in df.columns}, lines[keep])
 
 
-def _check_short_rows(p: Path, df, lines: np.ndarray) -> np.ndarray:
+def _check_short_rows(p: Path, df, lines: np.ndarray, text: str) -> np.ndarray:
     """Drop blank lines and reject rows with too few fields (pandas pads them with '')."""
     keep = np.ones(len(df), dtype=bool)
     suspects = np.flatnonzero(df.iloc[:, -1].to_numpy() == "") if len(df) else []
     if len(suspects) == 0:
         return keep
-    raw = p.read_text(encoding="utf-8-sig").splitlines()
+    raw = text.splitlines()
     for i in suspects:
         text = raw[lines[i] - 1]
         if not text.strip():
@@ -251,34 +267,33 @@ def _check_short_rows(p: Path, df, lines: np.ndarray) -> np.ndarray:
     return keep
 
 
-def _load_jsonl(p: Path) -> _Table:
-    fast = parse.jsonl_records(p.read_text(encoding="utf-8-sig"))
-    records, lines = fast if fast is not None else _jsonl_records_one_by_one(p)
+def _load_jsonl(p: Path, text: str) -> _Table:
+    fast = parse.jsonl_records(text)
+    records, lines = fast if fast is not None else _jsonl_records_one_by_one(p, text)
     return _Table(str(p), parse.record_columns(records, _MISSING), lines)
 
 
-def _jsonl_records_one_by_one(p: Path) -> tuple[list[dict], np.ndarray]:
+def _jsonl_records_one_by_one(p: Path, text: str) -> tuple[list[dict], np.ndarray]:
     """Each line's record, with its line, or the error naming the first bad line."""
     records, lines = [], []
-    with p.open(encoding="utf-8-sig") as f:
-        for lineno, text in enumerate(f, start=1):
-            if not text.strip():
-                continue
-            try:
-                rec = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise SimbatchError(f"{p}:{lineno}", f"invalid JSON ({e.msg})") from None
-            if not isinstance(rec, dict):
-                raise SimbatchError(f"{p}:{lineno}", f"expected a JSON object, got {type(rec).__name__}")
-            records.append(rec)
-            lines.append(lineno)
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise SimbatchError(f"{p}:{lineno}", f"invalid JSON ({e.msg})") from None
+        if not isinstance(rec, dict):
+            raise SimbatchError(f"{p}:{lineno}", f"expected a JSON object, got {type(rec).__name__}")
+        records.append(rec)
+        lines.append(lineno)
     return records, np.array(lines, dtype=np.int64)
 
 
 # --- converting columns ------------------------------------------------------
 
-def _read(path: str | Path, roles: dict, source_kind: str) -> Workload:
-    t = _load(path)
+def _read(path: str | Path, roles: dict, source_kind: str, text: str) -> Workload:
+    t = _load(path, text)
     if len(t.lines) == 0:
         raise SimbatchError(str(path), "empty trace: no requests")
     prompt = _ints(t, roles["prompt"], minimum=1)
