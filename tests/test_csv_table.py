@@ -55,3 +55,32 @@ def test_a_real_runs_tables_match_pandas(tmp_path):
     out = run(load_scenario("chat"))
     _same_as_pandas(tmp_path, out.requests)
     _same_as_pandas(tmp_path, out.steps)
+
+
+def test_blocks_and_each_columns_shortcut_match_pandas(tmp_path, monkeypatch):
+    """Rows written a few at a time (block edges fall mid-table), integer columns narrow enough for
+    the table of texts (negative ones too) or not, and float blocks that are all whole numbers
+    (written as integers plus .0) beside blocks that are not (-0.0, 1e16, a NaN, a fraction)."""
+    import simbatch.report.csv_table as csv_table
+
+    monkeypatch.setattr(csv_table, "BLOCK_ROWS", 7)
+    n = 60
+    whole = np.arange(n, dtype=float) * 1e9
+    whole[[8, 20, 33]] = [-0.0, 1e16, np.nan]  # each spoils its own block's integer shortcut only
+    whole[45] = 0.5
+    table = pd.DataFrame({"narrow": np.arange(n) % 5 - 2, "wide": np.arange(n) * 10**12,
+                          "flops": whole, "b": np.arange(n) % 2 == 0,
+                          "ints_as_floats": np.where(np.arange(n) % 9 == 0, np.nan, np.arange(n) * 3.0),
+                          "big": np.array([2**64 - 1 - i for i in range(n)], dtype=np.uint64)})
+    _same_as_pandas(tmp_path, table)
+    mapping = tmp_path / "mapping.csv"
+    csv_table.write_csv(mapping, {name: table[name].to_numpy() for name in table.columns})
+    assert mapping.read_bytes() == (tmp_path / "pandas.csv").read_bytes()
+
+
+def test_a_table_longer_than_a_block_is_written_whole(tmp_path):
+    from simbatch.report.csv_table import BLOCK_ROWS
+
+    n = BLOCK_ROWS * 2 + 3
+    rng = np.random.default_rng(1)
+    _same_as_pandas(tmp_path, pd.DataFrame({"i": np.arange(n), "x": rng.uniform(0, 3e4, n)}))
