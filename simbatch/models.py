@@ -54,6 +54,13 @@ class ModelSpec:
     layers' weights (attention, MLP and experts; not embeddings, norms or the
     LM head, which serving engines keep in 16 bits) as ``fp8``, ``int8`` or
     ``int4``, and ``kv_quant: fp8`` the KV cache.
+
+    **Routing and expert layout** (mixtures of experts only): ``routing_skew`` is the Zipf
+    exponent of the experts' popularity (0: uniform routing; :mod:`simbatch.costmodel.routing`);
+    ``expert_parallel`` holds each routed expert whole on one GPU of the tensor-parallel group
+    instead of slicing every expert over it, and ``expert_dispatch`` says how the MoE layer
+    communicates then (``allreduce`` or ``all2all``). Those two describe the deployment, not the
+    model: a scenario sets them from ``cluster.expert_parallel`` / ``cluster.expert_dispatch``.
     """
 
     name: str
@@ -79,6 +86,9 @@ class ModelSpec:
     v_head_dim: int = 0
     weight_quant: str = "none"
     kv_quant: str = "none"
+    routing_skew: float = 0.0
+    expert_parallel: bool = False
+    expert_dispatch: str = "allreduce"
 
     @property
     def is_moe(self) -> bool:
@@ -288,11 +298,14 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
     )
 }
 
-_BOOL_FIELDS = {"gated_mlp", "tied_embeddings"}
+_BOOL_FIELDS = {"gated_mlp", "tied_embeddings", "expert_parallel"}
 # Fields that may be 0 (the feature is off).
 _ZERO_FIELDS = {"num_experts", "experts_per_token", "moe_intermediate_size", "shared_expert_intermediate_size",
                 "num_dense_layers", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim"}
-_CHOICES = {"weight_quant": WEIGHT_QUANTS, "kv_quant": KV_QUANTS}
+EXPERT_DISPATCHES = ("allreduce", "all2all")
+_CHOICES = {"weight_quant": WEIGHT_QUANTS, "kv_quant": KV_QUANTS, "expert_dispatch": EXPERT_DISPATCHES}
+# Fields a scenario's cluster section sets (how the experts are laid out over GPUs), not a model entry.
+DEPLOYMENT_FIELDS = {"expert_parallel": "cluster.expert_parallel", "expert_dispatch": "cluster.expert_dispatch"}
 
 
 def get_model(name_or_dict: str | dict | ModelSpec, where: str = "model", *,
@@ -301,6 +314,9 @@ def get_model(name_or_dict: str | dict | ModelSpec, where: str = "model", *,
     ``base: <preset>`` plus overrides), a Hugging Face config (``config: path/to/config.json``,
     relative to ``base_dir``, default the current directory; or ``hf_config: {...}`` inline,
     each optionally with ``name`` and field overrides), or a spec."""
+    for key in DEPLOYMENT_FIELDS.keys() & (name_or_dict.keys() if isinstance(name_or_dict, dict) else ()):
+        raise SimbatchError(f"{where}.{key}", f"how experts are laid out over GPUs is the deployment's: "
+                                              f"set {DEPLOYMENT_FIELDS[key]} instead")
     if isinstance(name_or_dict, dict) and _HF_KEYS & name_or_dict.keys():
         return _from_hf(name_or_dict, where, base_dir)
     values = spec_values(ModelSpec, MODEL_PRESETS, name_or_dict, "model", where, _check_field)
@@ -388,7 +404,7 @@ def check_consistent(v: dict, where: str) -> None:
             raise SimbatchError(f"{where}.num_dense_layers", f"must be below num_layers ({v['num_layers']})")
     else:
         for key in ("experts_per_token", "moe_intermediate_size", "shared_expert_intermediate_size",
-                    "num_dense_layers"):
+                    "num_dense_layers", "routing_skew"):
             if v.get(key, 0):
                 raise SimbatchError(f"{where}.{key}", "applies to a mixture of experts only (set num_experts)")
     if v.get("kv_lora_rank", 0):
@@ -417,6 +433,10 @@ def _check_field(key: str, value, where: str):
     elif key in _CHOICES:
         if value not in _CHOICES[key]:
             raise SimbatchError(where, f"unknown format {value!r}; allowed: {', '.join(_CHOICES[key])}")
+    elif key == "routing_skew":  # a Zipf exponent (simbatch.costmodel.routing)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+            raise SimbatchError(where, f"must be a number >= 0 (0: uniform routing), got {value!r}")
+        return float(value)
     elif isinstance(value, bool) or not isinstance(value, int) or value < 0 or (value == 0
                                                                                and key not in _ZERO_FIELDS):
         kind = "a non-negative" if key in _ZERO_FIELDS else "a positive"

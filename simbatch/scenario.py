@@ -21,7 +21,7 @@ from simbatch.engines import EngineParams, parse_engine
 from simbatch.dotted import set_dotted  # noqa: F401  (re-exported: --set, sweep grids)
 from simbatch.errors import SimbatchError
 from simbatch.hardware import GPUSpec, get_gpu
-from simbatch.models import ModelSpec, get_model
+from simbatch.models import EXPERT_DISPATCHES, ModelSpec, get_model
 from simbatch.quantization import apply_quantization
 from simbatch.speculative import SpeculativeParams, drafter_model, parse_speculative
 from simbatch.params import parse_params, require
@@ -90,6 +90,11 @@ class ClusterParams:
     micro_batches: int = 0
     pipeline_schedule: str = "overlap"
     pipeline_link: str = ""  # a simbatch.links preset between stages ("": the GPU's own link)
+    # Mixtures of experts: each routed expert whole on one GPU of a replica's tensor-parallel
+    # group (vLLM's --enable-expert-parallel), and how the MoE layers communicate then
+    # (docs/cost_models.md, "Expert parallelism"); applied to the model by apply_expert_layout.
+    expert_parallel: bool = False
+    expert_dispatch: str = "allreduce"
 
     def __post_init__(self):
         require(self.replicas >= 1, "replicas", "must be >= 1")
@@ -98,6 +103,8 @@ class ClusterParams:
         require(self.micro_batches >= 0, "micro_batches", "must be >= 0 (0: one per pipeline stage)")
         require(self.pipeline_schedule in ("overlap", "drain"), "pipeline_schedule",
                 f"unknown schedule {self.pipeline_schedule!r}; allowed: overlap, drain")
+        require(self.expert_dispatch in EXPERT_DISPATCHES, "expert_dispatch",
+                f"unknown dispatch {self.expert_dispatch!r}; allowed: {', '.join(EXPERT_DISPATCHES)}")
         allowed = ", ".join(ROUTERS)
         require(self.router in ROUTERS, "router", f"unknown router {self.router!r}; allowed: {allowed}")
         for name in self.routers:
@@ -123,7 +130,8 @@ def parse_cluster(values, where: str) -> ClusterParams:
     values = dict(values or {})
     if "groups" in values:  # filled from a replicas list, never written by hand
         raise SimbatchError(f"{where}.groups", "unknown field; allowed: replicas, tensor_parallel, router, routers, "
-                                               "pipeline_parallel, micro_batches, pipeline_schedule, pipeline_link")
+                                               "pipeline_parallel, micro_batches, pipeline_schedule, pipeline_link, "
+                                               "expert_parallel, expert_dispatch")
     spec = values.get("replicas")
     if not isinstance(spec, list):
         return parse_params(ClusterParams, values, where)
@@ -357,6 +365,7 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
         parse_policy_spec(group.policy_spec(data["policy"]), source, f"cluster.replicas[{i}].policy")
         for i, group in enumerate(cluster.groups))
     disaggregation = parse_disaggregation(data.get("disaggregation"), data["policy"], source)
+    model = apply_expert_layout(model, cluster, disaggregation, source)
     speculative, drafter = _speculative(data, model, (policy, *group_policies), disaggregation, cluster, source,
                                        base_dir)
     if data.get("variants") is not None:
@@ -373,6 +382,30 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
         engine=parse_engine(data.get("engine"), f"{source}: engine"),
         speculative=speculative, drafter=drafter,
     )
+
+
+def apply_expert_layout(model: ModelSpec, cluster: ClusterParams, disaggregation, source: str) -> ModelSpec:
+    """``model`` with the cluster's expert layout (``expert_parallel``, ``expert_dispatch``), after
+    checking it fits: a mixture of experts whose experts every replica's tensor-parallel degree
+    (the cluster's, each group's, each pool's) splits evenly."""
+    where = f"{source}: cluster.expert_parallel"
+    if not cluster.expert_parallel:
+        if cluster.expert_dispatch != "allreduce":
+            raise SimbatchError(f"{source}: cluster.expert_dispatch", "applies with cluster.expert_parallel: true")
+        return model
+    if not model.is_moe:
+        raise SimbatchError(where, f"applies to a mixture of experts; {model.name} is dense")
+    degrees = {"cluster.tensor_parallel": cluster.tensor_parallel}
+    degrees.update((f"cluster.replicas[{i}].tensor_parallel", g.tensor_parallel)
+                   for i, g in enumerate(cluster.groups) if g.tensor_parallel is not None)
+    if disaggregation is not None and disaggregation.enabled:
+        degrees.update((f"disaggregation.{name}.tensor_parallel", disaggregation.pool(name).tensor_parallel)
+                       for name in ("prefill", "decode") if disaggregation.pool(name).tensor_parallel is not None)
+    for field_name, tp in degrees.items():
+        if model.num_experts % tp:
+            raise SimbatchError(where, f"{field_name} {tp} does not split {model.name}'s {model.num_experts} "
+                                       f"experts evenly over its GPUs")
+    return replace(model, expert_parallel=True, expert_dispatch=cluster.expert_dispatch)
 
 
 def _speculative(data: dict, model: ModelSpec, policies, disaggregation, cluster, source: str, base_dir):

@@ -3,6 +3,8 @@ the roofline and the scenario (issue 17, items 2 and 3)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from simbatch.costmodel import RooflineCostModel, build_cost_model
@@ -46,19 +48,23 @@ def test_mla_caches_one_latent_replicated_over_tp():
 
 
 def _step_bytes(model, gpu: str, tp: int, batch: int) -> float:
+    """HBM bytes of a decode step, all ``tp`` GPUs together."""
     cm = RooflineCostModel(model, gpu, tp)
     w = decode_work(batch, batch)  # one cached token each: the weights dominate
-    return cm.price(w, w, batch).useful_bytes
+    return cm.price(w, w, batch).useful_bytes * tp
 
 
-def test_moe_decode_reads_active_weights_at_batch_one_and_all_of_them_at_large_batches():
-    mix = get_model(MIXTRAL)
+@pytest.mark.parametrize("tp, expert_parallel", [(1, False), (2, False), (2, True), (4, True)])
+def test_moe_decode_reads_active_weights_at_batch_one_and_all_of_them_at_large_batches(tp, expert_parallel):
+    # Experts sliced over the TP group or held whole by one GPU each (expert parallelism):
+    # the GPUs together read the same weights.
+    mix = replace(get_model(MIXTRAL), expert_parallel=expert_parallel)
     embed = mix.vocab_size * mix.hidden_size  # the input embedding is a lookup, not read whole
     active = (mix.active_params - embed) * 2
     total = (mix.num_params - embed) * 2
-    assert _step_bytes(mix, "h100-sxm", 1, 1) == pytest.approx(active, rel=0.01)
-    assert _step_bytes(mix, "h100-sxm", 1, 64) == pytest.approx(total, rel=0.01)  # (3/4)^64: all 8 touched
-    series = [_step_bytes(mix, "h100-sxm", 1, b) for b in (1, 2, 4, 8, 16)]
+    assert _step_bytes(mix, "h100-sxm", tp, 1) == pytest.approx(active, rel=0.01)
+    assert _step_bytes(mix, "h100-sxm", tp, 64) == pytest.approx(total, rel=0.01)  # (3/4)^64: all 8 touched
+    series = [_step_bytes(mix, "h100-sxm", tp, b) for b in (1, 2, 4, 8, 16)]
     assert series == sorted(series) and series[1] / series[0] > 1.5  # a second expert per layer
 
 

@@ -1,9 +1,11 @@
 """An analytic roofline cost model: a step's time from FLOPs, bytes and two rates.
 
 Each kernel group of one engine step (the linear layers, the LM head, prefill
-attention, decode attention) takes ``max(FLOPs / effective peak, bytes /
-effective bandwidth)``; tensor-parallel all-reduces and a fixed CPU overhead
-are added on top. Kernels run one after another, so the parts add up.
+attention, decode attention, a mixture's routed experts) takes ``max(FLOPs /
+effective peak, bytes / effective bandwidth)``; tensor-parallel all-reduces (and,
+under expert parallelism with ``all2all`` dispatch, the MoE layers' all-to-alls)
+and a fixed CPU overhead are added on top. Kernels run one after another, so the
+parts add up.
 
 Everything that does not depend on the plan is precomputed per GPU for the
 whole model in ``__init__``; :meth:`RooflineCostModel.step_cost` only takes a
@@ -20,6 +22,7 @@ from operator import add, mul
 import numpy as np
 
 from simbatch.costmodel.base import NO_ATTN, AttnWork, StepCost, StepWork
+from simbatch.costmodel.routing import ExpertLoad
 from simbatch.errors import SimbatchError
 from simbatch.hardware import GPUSpec, get_gpu
 from simbatch.models import ModelSpec, get_model
@@ -137,7 +140,7 @@ class PricedByWork:
         for work, _, _ in parts:
             c, m = self.bounds(work)
             compute, memory = compute + c, memory + m
-        fixed = ("allreduce", "overhead")
+        fixed = ("allreduce", "all_to_all", "overhead")
         own = [sum(v for k, v in c.breakdown.items() if k not in fixed) for c in costs]
         overlapped = max(compute, memory, max(own))
         bd: dict[str, float] = {}
@@ -196,13 +199,19 @@ class RooflineCostModel(PricedByWork):
         self.model = get_model(model, "model")
         self.gpu = get_gpu(gpu, "gpu")
         self.tensor_parallel = check_tensor_parallel(tensor_parallel, self.model, "tensor_parallel")
+        self.expert_parallel = check_expert_parallel(self.model, self.tensor_parallel, "cluster.expert_parallel")
         self.params = check_params(params, "cost_model")
         self._precompute()
 
     def describe(self) -> dict:
         """Kind, source, what is priced, and every parameter (defaults included)."""
+        m, moe = self.model, {}
+        if m.expert_parallel:
+            moe = {"expert_parallel": self.expert_parallel, "expert_dispatch": m.expert_dispatch}
+        if m.routing_skew:
+            moe["routing_skew"] = m.routing_skew
         return {"kind": "roofline", "source": "analytic", "model": self.model.name,
-                "gpu": self.gpu.name, "tensor_parallel": self.tensor_parallel, **self.params}
+                "gpu": self.gpu.name, "tensor_parallel": self.tensor_parallel, **moe, **self.params}
 
     def _precompute(self) -> None:
         """Per-GPU, whole-model constants: FLOPs and bytes per token, per row, per pair."""
@@ -222,11 +231,15 @@ class RooflineCostModel(PricedByWork):
         self._ramp = p["gemm_ramp_tokens"]
         self._moe = m.is_moe
         if self._moe:  # routed experts: priced per step from the experts its tokens touch
-            expert = m.expert_params(tp)
+            # Tensor parallelism slices every expert over the GPUs; expert parallelism keeps
+            # each whole on one GPU (E / ep of them a GPU).
+            part = 1 if m.expert_parallel else tp
+            expert = m.expert_params(part)
             self._expert_flops_row = 2.0 * m.num_moe_layers * expert  # one token through one expert
             self._expert_bytes = float(m.num_moe_layers * expert * m.weight_bytes_per_param)
-            width = m.moe_intermediate_size // tp
+            width = m.moe_intermediate_size // part
             self._expert_act_row = float(m.num_moe_layers * dt * (h + (2 if m.gated_mlp else 1) * width + width + h))
+            self._load = ExpertLoad(m.num_experts, m.experts_per_token, self.expert_parallel, m.routing_skew)
         # LM head (vocab-parallel, kept in 16 bits): one row of logits per slot.
         vocab = m.vocab_size / tp
         self._lm_inv_flops = 1.0 / (g.peak_flops * p["compute_eff"])
@@ -253,11 +266,17 @@ class RooflineCostModel(PricedByWork):
         self._attn_kv_tok = float(m.kv_bytes_per_token_per_gpu(tp))
         self._attn_inv_flops = 1.0 / (g.peak_flops * p["attn_compute_eff"])
         self._attn_inv_bw = 1.0 / (g.hbm_bandwidth * p["attn_bw_eff"])
-        # Two ring all-reduces per layer (after O and after down) of T x hidden.
+        # Two ring all-reduces per layer (after O and after down) of T x hidden; with all2all
+        # dispatch the MoE layers' second one is replaced by a dispatch and a combine
+        # (see _all_to_all_seconds).
+        self._a2a = self._moe and m.expert_parallel and m.expert_dispatch == "all2all" and tp > 1
         if tp > 1:
             link = g.link_bandwidth * p["allreduce_eff"]
-            self._ar_tok = 2 * L * 2 * (tp - 1) / tp * h * dt / link
-            self._ar_fixed = 2 * L * g.link_latency_s
+            reduces = 2 * L - (m.num_moe_layers if self._a2a else 0)
+            self._ar_tok = reduces * 2 * (tp - 1) / tp * h * dt / link
+            self._ar_fixed = reduces * g.link_latency_s
+            # all-to-all: the bytes of one row a GPU receives from the others, over its link
+            self._a2a_row = (tp - 1) / tp * h * dt / link
         else:
             self._ar_tok = self._ar_fixed = 0.0
 
@@ -277,6 +296,8 @@ class RooflineCostModel(PricedByWork):
         }
         if self._moe:
             bd["experts"] = max(self._expert_bounds(tokens))
+            if self._a2a:
+                bd["all_to_all"] = self._all_to_all_seconds(tokens)
         flops, nbytes = self.counts(kept)
         return StepCost(sum(bd.values()), bd, flops, nbytes)
 
@@ -342,26 +363,53 @@ class RooflineCostModel(PricedByWork):
         return max(tiled, tokens + self._ramp)
 
     def _expert_bounds(self, tokens: int) -> tuple[float, float]:
-        """(compute, memory) seconds of the routed experts of all MoE layers over ``tokens``.
+        """(compute, memory) seconds of the routed experts of all MoE layers over ``tokens``,
+        on the GPU that waits longest.
 
         With uniform routing, ``tokens`` tokens each picking ``k`` of ``E`` experts touch
         ``E (1 - (1 - k/E)^tokens)`` distinct experts on average, and only those are read:
         a decode step of a few sequences reads about the active parameters, a large batch
-        all of them. Compute counts the ``k`` experts of each token, each touched expert's
-        rows padded to a block of :data:`MOE_BLOCK_ROWS` (the fused MoE kernel aligns every
-        expert's rows to its tile), plus the GEMM ramp once (one grouped GEMM). Routing
-        skew is not modelled: real routers are less uniform, which touches fewer experts.
+        all of them; skewed routing touches fewer (:mod:`simbatch.costmodel.routing`).
+        Compute counts the ``k`` experts of each token, each touched expert's rows padded to
+        a block of :data:`MOE_BLOCK_ROWS` (the fused MoE kernel aligns every expert's rows to
+        its tile), plus the GEMM ramp once (one grouped GEMM). Under expert parallelism each
+        GPU computes its own whole experts and the step waits for the busiest: the expected
+        most rows and most distinct experts over the GPUs (possibly two different GPUs, so an
+        upper bound on the slowest one).
         """
         if not tokens:
             return 0.0, 0.0
-        m = self.model
-        E, k = m.num_experts, m.experts_per_token
-        touched = E * -math.expm1(tokens * math.log1p(-k / E)) if k < E else float(E)
-        rows = tokens * k
+        rows, touched = self._load.busiest(tokens)
         padded = touched * math.ceil(rows / touched / MOE_BLOCK_ROWS) * MOE_BLOCK_ROWS
         compute = (padded + self._ramp) * self._expert_flops_row * self._lin_inv_flops
         memory = (touched * self._expert_bytes + rows * self._expert_act_row) * self._inv_bw
         return compute, memory
+
+    def _all_to_all_seconds(self, tokens: float) -> float:
+        """The MoE layers' dispatch and combine all-to-alls under expert parallelism with
+        ``all2all`` dispatch.
+
+        Each GPU sends its ``1/ep`` share of the step's tokens, ``k`` copies of each token's
+        hidden state (one per chosen expert; DeepEP sends a token once per GPU, so this is an
+        upper bound), to the GPUs holding those experts, and the combine sends the expert
+        outputs back. The busiest GPU receives its rows' states from the other ``ep - 1``
+        GPUs: ``rows (ep-1)/ep x hidden`` elements. An all-to-all of ``S`` bytes a GPU takes
+        ``S (n-1)/n / B`` on links of ``B`` per direction (nccl-tests, doc/PERFORMANCE.md:
+        the all-to-all bus bandwidth is ``algbw (n-1)/n``), plus the link's latency; priced on
+        the GPU's link at ``allreduce_eff`` like the all-reduces.
+        """
+        if not tokens:
+            return 0.0
+        rows = self._load.busiest(tokens)[0]
+        return 2 * self.model.num_moe_layers * (rows * self._a2a_row + self.gpu.link_latency_s)
+
+    def _expert_mean_bytes(self, tokens: int) -> float:
+        """HBM bytes the routed experts read per GPU, averaged over the GPUs (MBU counts)."""
+        if self.expert_parallel == 1:
+            return self._expert_bounds(tokens)[1] / self._inv_bw
+        load = self._load
+        return (load.distinct(tokens) * self._expert_bytes
+                + tokens * load.k * self._expert_act_row) / self.expert_parallel
 
     def attn_seconds(self, sums: AttnWork, decode: bool = False) -> float:
         """One attention kernel over its slots' summed work (``decode``: one query per slot,
@@ -387,9 +435,9 @@ class RooflineCostModel(PricedByWork):
         nbytes = (dkv + pkv) * self._attn_kv_tok + q_bytes
         if tokens:
             nbytes += self._lin_weight_bytes + tokens * self._lin_act_tok
-            if self._moe:
-                flops += tokens * self.model.experts_per_token * self._expert_flops_row
-                nbytes += self._expert_bounds(tokens)[1] / self._inv_bw
+            if self._moe:  # per GPU: the routed work shared by the expert-parallel GPUs
+                flops += tokens * self.model.experts_per_token * self._expert_flops_row / self.expert_parallel
+                nbytes += self._expert_mean_bytes(tokens)
         if rows:
             nbytes += self._lm_weight_bytes + rows * self._lm_act_row
         return float(flops), float(nbytes)
@@ -531,6 +579,20 @@ def check_tensor_parallel(tp, model: ModelSpec, where: str) -> int:
     if model.num_heads % tp or (kv % tp and tp % kv):
         raise SimbatchError(where, f"{tp} does not split {model.name}'s {model.num_heads} heads "
                                    f"/ {kv} KV heads evenly")
+    return tp
+
+
+def check_expert_parallel(model: ModelSpec, tp: int, where: str) -> int:
+    """GPUs the routed experts are spread over: ``tp`` under expert parallelism (vLLM's
+    ``--enable-expert-parallel`` without data parallelism: the EP group is the TP group), else
+    1 (every GPU holds a slice of every expert). The experts must split evenly."""
+    if not model.expert_parallel:
+        return 1
+    if not model.is_moe:
+        raise SimbatchError(where, f"applies to a mixture of experts; {model.name} is dense")
+    if model.num_experts % tp:
+        raise SimbatchError(where, f"tensor_parallel {tp} does not split {model.name}'s {model.num_experts} "
+                                   f"experts evenly over its GPUs")
     return tp
 
 
