@@ -76,6 +76,17 @@ def test_dynamic_prefers_a_preferred_size_to_a_full_batch():
     assert [len(b) for b in batches(sim)][:3] == [4, 4, 2]
 
 
+def test_dynamic_expired_delay_sends_everything_pending():
+    """Triton core, dynamic_batch_scheduler.cc (GetDynamicBatch): once the oldest request has
+    waited past a non-zero max_queue_delay, the batcher sends whatever is pending (up to the
+    maximum) rather than the preferred size: preferred [4], max 8, delay 1 ms, 10 queued while
+    the first batch runs: 4 go at once, then the other 6 together."""
+    sim = simulate_policy("dynamic", {"max_batch_size": 8, "preferred_batch_sizes": [4],
+                                      "max_queue_delay_us": 1_000}, [(0, 10, 50)] * 10)
+    assert sim.log.first_scheduled_s[4] > 0.001  # the second batch starts after the delay
+    assert [len(b) for b in batches(sim)] == [4, 6]
+
+
 def test_dynamic_defaults_are_tritons():
     """No delay by default (max_queue_delay_microseconds 0) and, with no preferred sizes, batches
     as large as possible up to max_batch_size."""

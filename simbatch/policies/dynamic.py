@@ -6,8 +6,9 @@ at its queue, in arrival order:
 1. if a preferred size can be formed: send a batch of the largest such size at
    once (no preferred sizes configured: ``max_batch_size`` is the one), even
    when more are queued (preferred ``[4]``, max 8, 10 queued: 4 go);
-2. else, once the oldest request has waited ``max_queue_delay_us`` (Triton's
-   default: 0, no delay): send as many as are queued, up to ``max_batch_size``;
+2. else, or once the oldest request has waited ``max_queue_delay_us`` (Triton's
+   default: 0, no delay), even when a preferred size could be formed: send as many
+   as are queued, up to ``max_batch_size``;
 3. else wait (for an arrival or the oldest request's delay to expire).
 Each batch runs to completion, padded to its own longest prompt and output.
 ``bucket_by_length`` (not a Triton feature) fills the batch with the requests
@@ -56,10 +57,13 @@ class DynamicPolicy(BatchPolicy):
         queued = len(self.waiting)
         if queued == 0:
             return 0
-        formable = [s for s in p.preferred_batch_sizes or (p.max_batch_size,) if s <= queued]
-        if formable:
-            return max(formable)
         deadline = self.waiting[0].arrival_s + p.max_queue_delay_us * 1e-6
+        # Triton core, dynamic_batch_scheduler.cc GetDynamicBatch: a preferred size goes
+        # only while a (non-zero) delay has not expired; past it, whatever is pending goes.
+        expired = p.max_queue_delay_us > 0 and now >= deadline
+        formable = [s for s in p.preferred_batch_sizes or (p.max_batch_size,) if s <= queued]
+        if formable and not expired:
+            return max(formable)
         if now >= deadline:
             return min(queued, p.max_batch_size)
         self.timer = deadline
