@@ -302,6 +302,19 @@ def test_candidates_are_every_combination_and_misfits_are_skipped():
     assert len(res.boundaries) == 1
 
 
+def test_a_layout_the_scenario_cannot_run_is_skipped_with_why_not_fatal():
+    """Speculative decoding on a pipeline stopped the whole search (issue 17); now only the
+    pipeline candidate is skipped, and its note says why."""
+    from simbatch.capacity.plan import check_candidates
+
+    data = {**fifo_scenario(5.0, n=10).data, "policy": {"kind": "continuous"},
+            "speculative": {"method": "ngram", "num_speculative_tokens": 2, "acceptance_rate": 0.5}}
+    sc = from_dict(data)
+    cands = expand(sc, ["continuous"], None, None, [2], None, pps=[1, 2])
+    _, skipped = check_candidates(sc, cands, [sc.build_workload()])
+    assert [c.pp for c in skipped] == [2] and "speculative decoding on a pipeline" in next(iter(skipped.values()))
+
+
 # --- the command line -------------------------------------------------------------------------
 
 SCENARIO = """\

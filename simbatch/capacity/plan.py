@@ -283,21 +283,32 @@ def check_candidates(scenario: Scenario, candidates: list[Candidate], workloads:
     """GPU name per candidate (replicas=1 key too), and the candidates that cannot run, with why.
 
     Unknown names are an error; a model that does not fit a GPU (or leaves
-    too little KV memory for the longest request), or a TP degree the model
-    cannot split into, only skips that candidate.
+    too little KV memory for the longest request), a TP degree the model
+    cannot split into, or a layout the scenario's other sections cannot run
+    on (speculative decoding on a pipeline, experts a TP degree does not
+    split) only skips that candidate, with the reason as its note.
     """
     names, skipped = {}, {}
     for c in candidates:
-        sc = candidate_scenario(scenario, c, 1.0, scenario.seed)
-        names[c] = names[c.with_replicas(1)] = sc.gpu.name
+        names[c] = names[c.with_replicas(1)] = _gpu_name(scenario, c)  # unknown names: an error
         try:
-            _check_runs(sc, workloads)
+            _check_runs(candidate_scenario(scenario, c, 1.0, scenario.seed), workloads)
         except SimbatchError as exc:
             skipped[c] = exc.cause
     if len(skipped) == len(candidates):
         c = candidates[0]
         raise SimbatchError(f"capacity: {c.label(names[c])}", f"no candidate can run: {skipped[c]}")
     return names, skipped
+
+
+def _gpu_name(scenario: Scenario, c: Candidate) -> str:
+    """The GPU candidate ``c`` runs on; an unknown GPU or model name is an error naming its flag."""
+    from simbatch.hardware import get_gpu
+    from simbatch.models import get_model
+
+    if c.model:
+        get_model(c.model, "--model")
+    return get_gpu(c.hardware, "--hardware").name if c.hardware else scenario.gpu.name
 
 
 def _check_runs(sc: Scenario, workloads: list) -> None:
