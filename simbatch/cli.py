@@ -7,6 +7,7 @@ without a traceback and without writing any output.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from simbatch.commands import COMMANDS
@@ -22,10 +23,43 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _ClosedPipeGuard:
+    """stdout that outlives its reader: ``simbatch run ... --out d | head -1`` prints what
+    ``head`` takes, then drops the rest and goes on (the files are still written), instead of
+    ending in a ``BrokenPipeError`` traceback."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._to_devnull()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._to_devnull()
+
+    def _to_devnull(self) -> None:
+        # Point the descriptor itself at /dev/null, so the interpreter's own flush at exit
+        # (of text the stream still buffers) does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self._stream.fileno())
+        os.close(devnull)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``simbatch`` console script."""
     args = build_parser().parse_args(argv)
     command = {m.NAME: m for m in COMMANDS}[args.command]
+    stdout, sys.stdout = sys.stdout, _ClosedPipeGuard(sys.stdout)
     try:
         command.run(args)
     except SimbatchError as exc:
@@ -39,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("simbatch: interrupted", file=sys.stderr)
         return 130
+    finally:
+        sys.stdout = stdout
     return 0
 
 

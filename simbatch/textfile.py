@@ -34,6 +34,8 @@ def regular_file(path: str | Path, what: str = "file") -> Path:
             raise SimbatchError(str(p), f"is a folder, not a {what}")
         if not p.is_file():
             raise SimbatchError(str(p), f"is not a regular file (a device or pipe?), not a {what}")
+    except PermissionError:  # a folder on the way the user may not enter
+        raise SimbatchError(str(p), f"cannot read the {what}: permission denied") from None
     except OSError as exc:  # a path too long, a name the filesystem refuses
         raise SimbatchError(str(p), f"cannot read the {what}: {exc.strerror or exc}") from None
     return p

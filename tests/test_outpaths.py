@@ -27,3 +27,13 @@ def test_bad_out_fails_before_simulating(tmp_path, capsys, monkeypatch, argv, ba
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--out" in err[0], err
     assert (tmp_path / "f.txt").read_text() == "x"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc exists on Linux only")
+def test_an_unwritable_trace_out_fails_before_simulating(tmp_path, capsys, monkeypatch):
+    """--trace-out /proc/x.json passed the name checks and failed after the run with a traceback."""
+    monkeypatch.setattr(runs, "simulate", lambda *a, **k: pytest.fail("simulated before checking --trace-out"))
+    assert main(["run", "classroom", "--trace-out", "/proc/simbatch-x.json", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["simbatch: error: /proc/simbatch-x.json: cannot write in /proc (No such file or directory)"]
+    assert not (tmp_path / "o").exists()
