@@ -55,6 +55,7 @@ FEATURES = {
     "spf_aged": ("continuous", "chunked_prefill"),
     "mix_prefill_decode": ("continuous",),
     "two_streams": ("continuous", "chunked_prefill"),
+    "max_paddings": ("continuous",),  # vLLM v0.2's padded prompt batches
 }
 CONTROL = {"dynamic": {"kind": "adaptive_delay", "interval_s": 0.5, "window_s": 2.0, "max_value": 80_000},
            "continuous": {"kind": "slo", "interval_s": 0.5, "window_s": 2.0, "min_value": 4, "max_value": 48},
@@ -78,7 +79,7 @@ def feature_scenario(kind: str, mode: str, feature: str, load: str, seed: int):
         extra["slo"] = {"ttft_ms": 500, "tpot_ms": 40}
     sc = scenario(seed, kind, mode, utilization, rate, replicas, prefix, **extra)
     policy = {"spf_aged": {"queue_order": "spf", "max_wait_s": 1.0}, "mix_prefill_decode": {"mix_prefill_decode": True},
-              "two_streams": {"streams": 2}}.get(feature)
+              "two_streams": {"streams": 2}, "max_paddings": {"max_paddings": 64}}.get(feature)
     if policy:
         data = dict(sc.data)
         data["policy"] = {**data["policy"], **policy}

@@ -265,3 +265,33 @@ def test_chunked_prefill_admits_nobody_in_a_step_that_preempted(monkeypatch):
     preempting = [admitted for preempted, admitted in steps if preempted]
     assert preempting and all(not a for a in preempting)
     assert any(admitted for preempted, admitted in steps if not preempted)
+
+
+# --- continuous: vLLM v0.2's padded prompt batches ---------------------------
+
+def prefill_steps(sim):
+    """(request ids, padded tokens) of each prompt-only step."""
+    return [(set(p.request_ids), p.num_padded_tokens) for p in sim.backend.plans if p.num_decode_slots == 0]
+
+
+def test_continuous_packs_prompts_unpadded_by_default():
+    sim = simulate_policy("continuous", {"max_num_batched_tokens": 4096}, [(0, 100, 3), (0, 500, 3)])
+    assert prefill_steps(sim)[0] == ({0, 1}, 0)
+
+
+def test_continuous_max_paddings_splits_prompts_of_unlike_lengths():
+    """vLLM v0.2.3: 100 and 500 tokens padded to 2 x 500 would waste 400 > max_paddings 256, so
+    the second prompt waits for the next step; 100 and 300 go together, 200 tokens padded."""
+    params = {"max_num_batched_tokens": 4096, "max_paddings": 256}
+    sim = simulate_policy("continuous", params, [(0, 100, 3), (0, 500, 3)])
+    assert prefill_steps(sim)[:2] == [({0}, 0), ({1}, 0)]
+    sim = simulate_policy("continuous", params, [(0, 100, 3), (0, 300, 3)])
+    assert prefill_steps(sim)[0] == ({0, 1}, 200)
+
+
+def test_continuous_max_paddings_counts_padding_in_the_budget():
+    """Three prompts of 300, 200 and 300 tokens: 3 x 300 = 900 padded tokens exceed a budget of
+    800 although the 800 kept ones fit, so the third waits."""
+    sim = simulate_policy("continuous", {"max_num_batched_tokens": 800, "max_paddings": 256},
+                          [(0, 300, 3), (0, 200, 3), (0, 300, 3)])
+    assert prefill_steps(sim)[0] == ({0, 1}, 100)

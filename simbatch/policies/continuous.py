@@ -6,7 +6,10 @@ KV blocks. Prefill-first by default (vLLM before chunked prefill): if any
 waiting request can be admitted, the step runs only their whole prompts and the
 running decodes pause for it; otherwise the step decodes every running request.
 ``mix_prefill_decode: true`` runs the new prompts together with the decodes in
-one step (Orca's selective batching) instead. The queue's order and priority
+one step (Orca's selective batching) instead. ``max_paddings`` is vLLM v0.2's
+padded prompt batch: the prompts of one prefill step are padded to the longest,
+the padded total must fit ``max_num_batched_tokens`` and the padding
+``max_paddings`` (vLLM v0.2.3 ``Scheduler._schedule``; v0.3 flattened the batch). The queue's order and priority
 preemption are the ``queue_order`` knobs (:mod:`simbatch.policies.queue_order`).
 """
 
@@ -28,11 +31,17 @@ class ContinuousParams(IterationParams):
     max_num_batched_tokens: int = 8192
     watermark: float = 0.01
     mix_prefill_decode: bool = False
+    # vLLM v0.2.x padded the prompts of a prefill step to the longest (2-D input tensors) and
+    # capped the padding (--max-paddings, default 256); None: prompts are packed unpadded.
+    max_paddings: int | None = None
 
     def __post_init__(self):
         require(self.max_num_seqs >= 1, "max_num_seqs", "must be >= 1")
         require(self.max_num_batched_tokens >= 1, "max_num_batched_tokens", "must be >= 1")
         require(0 <= self.watermark < 1, "watermark", "must be in [0, 1)")
+        require(self.max_paddings is None or self.max_paddings >= 0, "max_paddings", "must be >= 0")
+        require(self.max_paddings is None or not self.mix_prefill_decode, "max_paddings",
+                "pads prompt-only steps (vLLM v0.2); it cannot be combined with mix_prefill_decode")
         self.check_shared()
 
 
@@ -67,14 +76,28 @@ class ContinuousPolicy(IterationPolicy):
         if not prefills and not decodes:
             return None
         slots = decodes + prefills
+        pads = None
+        if self.params.max_paddings is not None and len(prefills) > 1:  # padded to the longest
+            longest = max(s.num_remaining for s in prefills)
+            pads = [0] * len(decodes) + [longest - s.num_remaining for s in prefills]
         return StepPlan(
             request_ids=[s.id for s in slots],
             num_new_tokens=([1] * len(decodes) if not self.spec_tokens else list(map(self.decode_tokens, decodes)))
             + [s.num_remaining for s in prefills],
             num_context_tokens=[s.num_computed for s in slots],
+            num_pad_tokens=pads,
             num_decode_slots=len(decodes),
             num_streams=self.params.streams,
         )
+
+    def joins_batch(self, admitted: list[int], n: int) -> bool:
+        # vLLM v0.2.3 Scheduler._schedule: len(seq_lens) * max(seq_lens) within
+        # max_num_batched_tokens, and that minus sum(seq_lens) within max_paddings.
+        p = self.params
+        if p.max_paddings is None:
+            return True
+        padded = (len(admitted) + 1) * max(n, max(admitted))
+        return padded <= p.max_num_batched_tokens and padded - sum(admitted) - n <= p.max_paddings
 
     def all_decoding(self) -> bool:
         # A prompt (or a recompute) is prefilled whole in the step that admits it,

@@ -148,11 +148,19 @@ class IterationPolicy(Policy):
         self.order_queue(now)
         while (admission := self.head_admission(budget)) is not None:
             n, match = admission
+            if taken and not self.joins_batch([k for _, k in taken], n):
+                break
             seq = self.waiting[0]
             self.admit(seq, n, match)
             taken.append((seq, n))
             budget -= n
         return taken
+
+    def joins_batch(self, admitted: list[int], n: int) -> bool:
+        """Whether the queue's head, computing ``n`` tokens, may join a step that already admits
+        requests computing ``admitted`` tokens (the head alone always may, if
+        :meth:`head_admission` allows it). Default: yes."""
+        return True
 
     def preempt_for_priority(self, now: float) -> None:
         """``preempt_lower_priority``: while the queue's head (the most important request)
