@@ -76,9 +76,12 @@ class RunOutput:
 
         return pd.DataFrame(self.result.log.control_rows, columns=list(CONTROL_COLUMNS))
 
-    def write(self, out_dir: str | Path) -> None:
+    def write(self, out_dir: str | Path, format: str = "auto") -> list[Path]:
         """Write ``summary.json``, ``requests.csv``, ``steps.csv`` and ``run.log`` (all or nothing),
-        and with a controller its trajectory, ``control.csv`` and ``control.png``."""
+        and with a controller its trajectory, ``control.csv`` and ``control.png``. ``format``:
+        the two tables as ``csv``, ``parquet`` (``requests.parquet``, ``steps.parquet``) or
+        ``auto``, Parquet when a table has more rows than a spreadsheet holds
+        (:func:`simbatch.report.outputs.table_format`). Returns the written paths."""
         from simbatch.report import write_run
 
         extra = {}
@@ -90,7 +93,8 @@ class RunOutput:
                        if k in ("ttft_ms", "tpot_ms")}
             extra = {"control.csv": lambda p: control.to_csv(p, index=False),
                      "control.png": lambda p: plot_control(control, p, targets)}
-        write_run(Path(out_dir), self.summary, self.request_columns, self.step_columns, self.messages, extra)
+        return write_run(Path(out_dir), self.summary, self.request_columns, self.step_columns, self.messages,
+                         extra, format)
 
 
 def _as_columns(table) -> Columns:
@@ -112,8 +116,15 @@ def describe_model(model) -> dict:
 
 
 def describe_run(result: RunResult) -> dict:
-    """What ran: policy, model, hardware and cost model, for ``summary.json``."""
+    """What ran: policy, model, hardware and cost model, for ``summary.json``.
+
+    ``hardware`` describes the first replica group, as ``cost_model`` does: its GPU, tensor-parallel
+    degree and pipeline stages (a disaggregated run's prefill pool; each pool's are in the
+    ``disaggregation`` section), and the replicas and GPUs of the whole run."""
     sc, model, gpu = result.scenario, result.model, result.gpu
+    first = result.groups[0] if result.groups else None
+    tp = first.tensor_parallel if first else sc.cluster.tensor_parallel
+    pp = first.pipeline_parallel if first else sc.cluster.pipeline_parallel
     return {
         "scenario": sc.name,
         "scenario_file": str(Path(sc.source).resolve()) if Path(sc.source).is_file() else None,
@@ -122,9 +133,7 @@ def describe_run(result: RunResult) -> dict:
         "policy": {"kind": sc.data["policy"]["kind"], **dataclasses.asdict(result.policy_params)},
         "model": describe_model(model),
         "hardware": {"name": gpu.name, "replicas": len(result.group_of_replica) or sc.cluster.replicas,
-                     "tensor_parallel": sc.cluster.tensor_parallel,
-                     **({"pipeline_parallel": sc.cluster.pipeline_parallel}
-                        if sc.cluster.pipeline_parallel > 1 else {}),
+                     "tensor_parallel": tp, **({"pipeline_parallel": pp} if pp > 1 else {}),
                      "gpus": sum(g.count * g.gpus_per_replica for g in result.groups) or None,
                      "kv_blocks_per_replica": result.log.kv_capacity_blocks[0],
                      "kv_block_size": sc.kv_cache.block_size, "kv_mode": sc.kv_cache.mode},

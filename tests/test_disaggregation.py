@@ -141,6 +141,8 @@ def test_bytes_and_transfer_time_follow_the_formula(tp_prefill, tp_decode, lanes
     section = out.summary["disaggregation"]
     assert section["kv_bytes_transferred"] == float(prompts.sum() * KV_PER_TOKEN)
     assert section["num_transfers"] == 6 and section["gpus"] == tp_prefill + tp_decode
+    # summary's hardware describes the first pool (the prefill), not cluster.tensor_parallel (1)
+    assert out.summary["hardware"]["tensor_parallel"] == section["prefill"]["tensor_parallel"] == tp_prefill
     assert np.allclose(out.requests["transfer_ms"], want * 1e3)
 
 
