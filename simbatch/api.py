@@ -92,12 +92,17 @@ def compare(scenario: Scenario, policies: list[str] | None = None, jobs: int | N
     return runs, comparison_table({k: r.summary for k, r in runs.items()})
 
 
-def write_compare(out_dir: str | Path, runs: dict[str, RunOutput], table: pd.DataFrame) -> None:
-    """Write ``comparison.csv``, the comparison plot, and each run under ``out_dir/<policy>/``."""
+def write_compare(out_dir: str | Path, runs: dict[str, RunOutput], table: pd.DataFrame,
+                  format: str = "auto") -> None:
+    """Write ``comparison.csv``, the comparison plot, and each run under ``out_dir/<policy>/``
+    (its tables in ``format``: :meth:`RunOutput.write`)."""
     from simbatch.report import plot_comparison
-    from simbatch.report.outputs import write_files
+    from simbatch.report.outputs import table_format, write_files
 
-    writers = {kind: out.write for kind, out in runs.items()}  # each run's folder, inside this one
+    # One format for every run (auto: Parquet if any run's table is large), so the folders agree.
+    format = table_format(format, *(t for out in runs.values() for t in (out.request_columns, out.step_columns)))
+    # each run's folder, inside this one
+    writers = {kind: (lambda p, out=out: out.write(p, format)) for kind, out in runs.items()}
     writers["comparison.csv"] = lambda p: table.to_csv(p, index=False)
     writers["comparison.png"] = lambda p: plot_comparison({k: r.summary for k, r in runs.items()}, p)
     write_files(Path(out_dir), writers)  # the whole folder at once: never new runs beside an old table

@@ -22,6 +22,23 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                    "policy.kind (repeatable; docs/policies.md, 'Writing a policy')")
 
 
+def add_format_argument(p: argparse.ArgumentParser) -> None:
+    """``--format auto|csv|parquet``: how a run folder's request and step tables are written."""
+    p.add_argument("--format", default="auto", metavar="auto|csv|parquet",
+                   help="the requests and steps tables as csv, parquet, or auto (default): Parquet when a "
+                        "table has more rows than a spreadsheet holds (1,048,576), else CSV (docs/reports.md)")
+
+
+def check_format(args) -> None:
+    """``--format`` is a known table format and comes with ``--out`` (a one-line error otherwise)."""
+    from simbatch.errors import SimbatchError
+    from simbatch.report.outputs import check_table_format
+
+    check_table_format(args.format, "--format")
+    if args.format != "auto" and args.out is None:
+        raise SimbatchError("--format", "needs --out DIR (it says how the tables written there are stored)")
+
+
 def load(args):
     """The scenario named by ``args.scenario`` with ``args.overrides`` applied; ``args.out``
     (where a command has one) is checked first, so a bad output folder fails before any work."""

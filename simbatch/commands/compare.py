@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from simbatch.commands.common import add_scenario_arguments, check_jobs, comma_list, load, print_notes
+from simbatch.commands.common import (add_format_argument, add_scenario_arguments, check_format, check_jobs,
+                                      comma_list, load, print_notes)
 
 NAME = "compare"
 HELP = "run one workload under several policies"
@@ -10,6 +11,7 @@ HELP = "run one workload under several policies"
 
 def add_arguments(p) -> None:
     add_scenario_arguments(p)
+    add_format_argument(p)
     p.add_argument("--policies", default=None,
                    help="comma-separated policy kinds (default: all four; with routers: the scenario's policy)")
     p.add_argument("--routers", default=None,
@@ -33,6 +35,7 @@ def run(args) -> None:
     from simbatch.policies import policy_class
     from simbatch.report import format_comparison
 
+    check_format(args)
     scenario = load(args)
     if args.report and not args.out:
         from simbatch.errors import SimbatchError
@@ -66,7 +69,7 @@ def run(args) -> None:
           f"{first['num_requests']} requests")
     print(format_comparison(table))
     if args.out:
-        write_compare(args.out, runs, table)
+        write_compare(args.out, runs, table, args.format)
         print(f"wrote {args.out}/comparison.csv, comparison.png and one folder per policy")
     if args.report:
         from simbatch.report.html import write_report

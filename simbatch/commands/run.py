@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from simbatch.commands.common import add_scenario_arguments, load, print_notes
+from simbatch.commands.common import add_format_argument, add_scenario_arguments, check_format, load, print_notes
 
 NAME = "run"
 HELP = "simulate one scenario"
@@ -13,6 +13,7 @@ HELP = "simulate one scenario"
 
 def add_arguments(p) -> None:
     add_scenario_arguments(p)
+    add_format_argument(p)
     p.add_argument("--trace-out", type=Path, metavar="FILE.json",
                    help="also write a Perfetto / chrome://tracing timeline of the run (docs/trace_export.md)")
     p.add_argument("--check-fast-path", action="store_true",
@@ -23,6 +24,7 @@ def add_arguments(p) -> None:
 def run(args) -> None:
     from simbatch.runs import run as run_scenario
 
+    check_format(args)
     scenario = load(args)
     if args.trace_out:
         from simbatch.report.perfetto import check_trace_path
@@ -34,8 +36,8 @@ def run(args) -> None:
     print_notes(out.messages)
     print(format_summary(out.summary, title=f"{scenario.name}: {out.summary['policy']['kind']}"))
     if args.out:
-        out.write(args.out)
-        print(f"wrote {args.out}/summary.json, requests.csv, steps.csv, run.log")
+        written = out.write(args.out, args.format)
+        print(f"wrote {args.out}/{', '.join(p.name for p in written)}")
     if args.trace_out:
         from simbatch.report.perfetto import truncation_notes, write_trace
 

@@ -1,7 +1,9 @@
 """Read a results folder (``simbatch run`` or ``simbatch compare`` output) for a report.
 
-A folder is either one run (``summary.json`` directly inside) or a comparison
-(one sub-folder per policy, each a run folder); either may also hold a
+A folder is either one run (``summary.json`` directly inside, and its request
+and step tables as ``requests.csv`` and ``steps.csv`` or as ``requests.parquet``
+and ``steps.parquet``) or a comparison (one sub-folder per policy, each a run
+folder); either may also hold a
 ``sweep.csv`` (and the ``sweep.yaml`` that ``simbatch sweep`` writes beside it:
 the scenario's file, the grid and the resolved scenario). Everything a report
 shows is read from these files, so a report can be rebuilt later, elsewhere,
@@ -22,10 +24,11 @@ import pandas as pd
 
 from simbatch.bundled import bundled_dir
 from simbatch.errors import SimbatchError
+from simbatch.report.parquet_table import read_parquet
 from simbatch.scenario import read_yaml
 from simbatch.yamlio import load_yaml
 
-RUN_FILES = ("summary.json", "requests.csv", "steps.csv")
+RUN_FILES = ("summary.json", "requests.csv", "steps.csv")  # or the tables as .parquet (table_path)
 # Same order as simbatch.api.POLICY_ORDER (not imported: that would load the engine).
 POLICY_ORDER = ("static", "dynamic", "continuous", "chunked_prefill")
 # Only the step columns the figures use: a 380k-step run reads in well under a second.
@@ -91,24 +94,43 @@ def _read_csv(path: Path, columns: tuple[str, ...] | None) -> pd.DataFrame:
     return table[list(columns)] if columns else table
 
 
+def table_path(folder: Path, name: str) -> Path:
+    """A run folder's table ``name`` (``requests``, ``steps``): ``NAME.csv`` or ``NAME.parquet``,
+    whichever is there (``simbatch run --format``); a :class:`SimbatchError` if neither or both."""
+    csv, parquet = folder / f"{name}.csv", folder / f"{name}.parquet"
+    if csv.is_file() and parquet.is_file():
+        raise SimbatchError(str(folder), f"holds both {csv.name} and {parquet.name}; a run writes one (remove "
+                                         "the other)")
+    if not csv.is_file() and not parquet.is_file():
+        raise SimbatchError(str(csv), f"missing (a run folder holds summary.json, and {name}.csv or "
+                                      f"{name}.parquet)")
+    return parquet if parquet.is_file() else csv
+
+
+def _read_table(folder: Path, name: str, columns: tuple[str, ...]) -> pd.DataFrame:
+    path = table_path(folder, name)
+    return read_parquet(path, columns) if path.suffix == ".parquet" else _read_csv(path, columns)
+
+
 def check_counts(folder: Path, summary: dict, requests: pd.DataFrame) -> None:
-    """A truncated or foreign ``requests.csv`` would report a different run: its rows must be
+    """A truncated or foreign request table would report a different run: its rows must be
     the summary's ``num_requests``, and its finished rows its ``completed``."""
+    where = str(table_path(folder, "requests"))
     want = summary.get("num_requests")
     if isinstance(want, int) and len(requests) != want:
-        raise SimbatchError(str(folder / "requests.csv"), f"{len(requests):,} rows, but summary.json counts "
-                                                          f"{want:,} requests (truncated, or from another run?)")
+        raise SimbatchError(where, f"{len(requests):,} rows, but summary.json counts "
+                                   f"{want:,} requests (truncated, or from another run?)")
     done = summary.get("completed")
     if isinstance(done, int) and "finish_s" in requests and int(requests["finish_s"].notna().sum()) != done:
-        raise SimbatchError(str(folder / "requests.csv"), f"{int(requests['finish_s'].notna().sum()):,} finished "
-                                                          f"rows, but summary.json counts {done:,} completed")
+        raise SimbatchError(where, f"{int(requests['finish_s'].notna().sum()):,} finished "
+                                   f"rows, but summary.json counts {done:,} completed")
 
 
 def load_run(folder: Path, name: str | None = None) -> RunData:
-    """Read one run folder (``summary.json``, ``requests.csv``, ``steps.csv``)."""
+    """Read one run folder (``summary.json`` and the request and step tables, CSV or Parquet)."""
     summary = _read_json(folder / "summary.json")
-    requests = _read_csv(folder / "requests.csv", REQUEST_COLUMNS)
-    steps = _read_csv(folder / "steps.csv", STEP_COLUMNS)
+    requests = _read_table(folder, "requests", REQUEST_COLUMNS)
+    steps = _read_table(folder, "steps", STEP_COLUMNS)
     check_counts(folder, summary, requests)
     label = name or str((summary.get("policy") or {}).get("kind") or folder.name)
     return RunData(label, folder, summary, requests, steps)

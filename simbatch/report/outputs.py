@@ -38,6 +38,7 @@ import numpy as np
 
 from simbatch.errors import SimbatchError
 from simbatch.report.csv_table import write_csv as _write_csv  # tests replace it here
+from simbatch.report.parquet_table import write_parquet as _write_parquet  # (pyarrow only when called)
 
 if TYPE_CHECKING:  # pandas only in annotations: a run writes its tables without it
     import pandas as pd
@@ -45,6 +46,11 @@ if TYPE_CHECKING:  # pandas only in annotations: a run writes its tables without
 MARKER = ".simbatch-output"  # in every output folder: simbatch wrote it, and may replace it whole
 # What earlier simbatch outputs hold (before the marker): they may be replaced too.
 KNOWN_OUTPUTS = ("summary.json", "comparison.csv", "validation.json", "capacity.csv")
+TABLE_FORMATS = ("auto", "csv", "parquet")  # how a run's requests and steps tables are written
+# ``auto`` writes Parquet when a table has more rows than a spreadsheet sheet holds (Excel and
+# LibreOffice Calc: 2**20): such a CSV opens in no spreadsheet anyway, and takes seconds to write
+# (every float through repr) where Parquet takes a fraction of one. Smaller runs stay CSV.
+SPREADSHEET_ROWS = 1_048_576
 
 
 def replaceable(folder: Path) -> bool:
@@ -165,18 +171,49 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
     return path
 
 
-def write_run(out_dir, summary: dict, requests: pd.DataFrame | dict, steps: pd.DataFrame | dict,
-              log_lines: list[str], extra: dict[str, Callable[[Path], None]] | None = None) -> list[Path]:
-    """Write ``summary.json``, ``requests.csv``, ``steps.csv`` and ``run.log`` into ``out_dir``
-    (plus ``extra``: file name -> writer, e.g. a controller's trajectory).
+def check_table_format(format: str, where: str = "format") -> str:
+    """``format`` when it is one of :data:`TABLE_FORMATS`, else a :class:`SimbatchError` at ``where``."""
+    if format not in TABLE_FORMATS:
+        raise SimbatchError(where, f"unknown table format {format!r}; allowed: {', '.join(TABLE_FORMATS)}")
+    return format
 
-    ``out_dir`` is created if needed; files of the same names are replaced.
+
+def table_format(format: str, *tables) -> str:
+    """``csv`` or ``parquet``: ``format`` itself, or for ``auto`` Parquet when one of ``tables``
+    (DataFrames or column dicts) has more than :data:`SPREADSHEET_ROWS` rows. A run's tables are
+    all written one way, so a folder holds ``requests.csv`` and ``steps.csv``, or both as Parquet."""
+    if check_table_format(format) != "auto":
+        return format
+    return "parquet" if max((_rows(t) for t in tables), default=0) > SPREADSHEET_ROWS else "csv"
+
+
+def _rows(table) -> int:
+    if isinstance(table, dict):
+        return len(next(iter(table.values()))) if table else 0
+    return len(table)
+
+
+def write_run(out_dir, summary: dict, requests: pd.DataFrame | dict, steps: pd.DataFrame | dict,
+              log_lines: list[str], extra: dict[str, Callable[[Path], None]] | None = None,
+              format: str = "auto") -> list[Path]:
+    """Write ``summary.json``, ``requests.csv``, ``steps.csv`` and ``run.log`` into ``out_dir``
+    (plus ``extra``: file name -> writer, e.g. a controller's trajectory). ``format``: the
+    tables as ``csv``, ``parquet`` (``requests.parquet``, ``steps.parquet``) or ``auto``
+    (:func:`table_format`).
+
+    ``out_dir`` is created if needed and replaced whole (:func:`write_files`).
     Returns the written paths.
     """
+    kind = table_format(format, requests, steps)
+    ext = "csv" if kind == "csv" else "parquet"
+
+    def table(data):
+        return (lambda p: _write_csv(p, data)) if kind == "csv" else (lambda p: _write_parquet(p, data))
+
     return write_files(Path(out_dir), {
         "summary.json": lambda p: _write_json(p, summary),
-        "requests.csv": lambda p: _write_csv(p, requests),
-        "steps.csv": lambda p: _write_csv(p, steps),
+        f"requests.{ext}": table(requests),
+        f"steps.{ext}": table(steps),
         "run.log": lambda p: _write_text(p, log_lines),
         **(extra or {}),
     })
