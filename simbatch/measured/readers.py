@@ -8,7 +8,8 @@ lacks arrivals or lengths):
 - ``vllm``: the JSON written by vLLM's ``benchmarks/benchmark_serving.py
   --save-result`` (``vllm bench serve`` in newer releases);
 - ``genai-perf``: genai-perf's / Perf Analyzer's ``profile_export.json``;
-- ``generic``: any CSV / JSONL through a column mapping.
+- ``generic``: any CSV / JSONL through a column mapping (and the Parquet
+  tables ``simbatch run`` writes, :func:`read_generic_run`).
 
 Every reader validates what it reads and raises
 ``SimbatchError(where, cause)`` for a malformed log, ``where`` being
@@ -32,7 +33,7 @@ import pandas as pd
 from simbatch.errors import SimbatchError
 from simbatch.measured.run import MeasuredRun
 from simbatch.textfile import read_text, regular_file
-from simbatch.workload.readers import TIME_UNITS, _ints, _load, check_column_mapping
+from simbatch.workload.readers import TIME_UNITS, _ints, _load, _Table, check_column_mapping
 
 FORMATS = ("distserve", "vllm", "genai-perf", "generic")
 DISTSERVE_KEYS = ("prompt_len", "output_len", "issue_time", "first_token_time", "complete_time",
@@ -71,7 +72,7 @@ def read_measured(path: str | Path, format: str | None = None, columns: dict | N
         return read_distserve(path)
     if format == "generic":
         if columns is None and _has_own_columns(path):
-            columns = SIMBATCH_COLUMNS  # a requests.csv that simbatch itself wrote
+            columns = SIMBATCH_COLUMNS  # a requests.csv (or .parquet) that simbatch itself wrote
         if columns is None:
             raise SimbatchError("columns", f"required to read {path} as a generic log")
         return read_generic_run(path, columns, **options)
@@ -81,14 +82,19 @@ def read_measured(path: str | Path, format: str | None = None, columns: dict | N
     return _genai_run(str(path), doc, options.get("experiment"), options.get("prompt_tokens"))
 
 
-# The columns of the requests.csv that `simbatch run` writes: such a file reads without a mapping.
+# The columns of the requests.csv (or requests.parquet) that `simbatch run` writes: such a file
+# reads without a mapping.
 SIMBATCH_COLUMNS = {"arrival": "arrival_s", "prompt": "prompt_tokens", "output": "output_tokens",
                     "first_token": "first_token_s", "finish": "finish_s"}
 
 
 def _has_own_columns(path: str | Path) -> bool:
-    """Whether a CSV's header holds every column of :data:`SIMBATCH_COLUMNS`."""
+    """Whether a CSV's header (a Parquet file's schema) holds every column of :data:`SIMBATCH_COLUMNS`."""
     p = _existing(path)
+    if p.suffix.lower() == ".parquet":
+        from simbatch.report.parquet_table import parquet_columns
+
+        return set(SIMBATCH_COLUMNS.values()) <= set(parquet_columns(p))
     if p.suffix.lower() != ".csv":
         return False
     header = _text(p).split("\n", 1)[0]
@@ -107,7 +113,7 @@ def _detect(p: Path) -> tuple[str, Any]:
     suffix = p.suffix.lower()
     if suffix == ".exp":
         return "distserve", None
-    if suffix in (".csv", ".jsonl", ".tsv"):
+    if suffix in (".csv", ".jsonl", ".tsv", ".parquet"):
         return "generic", None
     text = _text(p)
     head = text.lstrip()[:4096]
@@ -472,11 +478,13 @@ def read_generic_run(path: str | Path, columns: dict, system: str = "") -> Measu
     ``arrival``) or a duration from arrival (``ttft``), and the finish likewise
     (``finish`` or ``e2el``). Times are numbers in ``time_unit`` (default s).
     Loading and the length checks are :mod:`simbatch.workload.readers`' own, so
-    errors read ``<path>:<line>`` (the CSV header is line 1).
+    errors read ``<path>:<line>`` (the CSV header is line 1). A ``.parquet``
+    file (``simbatch run --format parquet``'s ``requests.parquet``) is read
+    too; its errors read ``<path>:<row>``, rows numbered from 1.
     """
     roles = _generic_roles(columns)
     p = _existing(path)
-    t = _load(p, _text(p))
+    t = _parquet_table(p, roles) if p.suffix.lower() == ".parquet" else _load(p, _text(p))
     if len(t.lines) == 0:
         raise SimbatchError(str(p), "file is empty: no requests")
     unit = TIME_UNITS[roles.get("time_unit", "s")]
@@ -490,6 +498,23 @@ def read_generic_run(path: str | Path, columns: dict, system: str = "") -> Measu
     names = (roles["arrival"], roles.get("first_token") or roles["ttft"], roles.get("finish") or roles["e2el"])
     _check_order(lambda i, c: _raise(f"{p}:{t.lines[i]}", c), arrival, first, finish, None, names, unit)
     return _assemble(str(p), system, arrival, prompt, output, first, finish)
+
+
+def _parquet_table(p: Path, roles: dict) -> _Table:
+    """The mapped columns of a Parquet file as raw values (numbers; None for a null), rows numbered
+    from 1 for errors. Columns it lacks are left out, so the mapping's check names them."""
+    import pyarrow.parquet as pq
+
+    from simbatch.report.parquet_table import parquet_columns
+
+    have = set(parquet_columns(p))
+    wanted = [c for c in dict.fromkeys(v for k, v in roles.items() if k != "time_unit") if c in have]
+    try:
+        table = pq.read_table(p, columns=wanted)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise SimbatchError(str(p), f"unreadable Parquet: {exc}".splitlines()[0]) from None
+    return _Table(str(p), {name: table.column(name).to_pylist() for name in wanted},
+                  np.arange(1, table.num_rows + 1))
 
 
 def _generic_roles(columns: Any) -> dict:
