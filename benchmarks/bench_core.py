@@ -94,11 +94,12 @@ def policy_overrides(path: Path, kind: str) -> list[str]:
                                                for a in ("--set", f"policy.{k}={v}")]
 
 
-def command_run(path: Path, kind: str) -> dict:
-    """One whole ``simbatch run PATH --out DIR`` under policy ``kind`` in a fresh process: wall
-    seconds from start to exit, and the process's peak RSS (MiB)."""
+def command_run(path: Path, kind: str, options: tuple[str, ...] = ()) -> dict:
+    """One whole ``simbatch run PATH --out DIR [options]`` under policy ``kind`` in a fresh process:
+    wall seconds from start to exit, the process's peak RSS (MiB), and how the tables were
+    written (``tables``: the request table's file suffix, ``csv`` or ``parquet``)."""
     with tempfile.TemporaryDirectory(prefix="bench-run-") as tmp:
-        argv = console_command() + ["run", str(path), "--out", str(Path(tmp) / "out")] \
+        argv = console_command() + ["run", str(path), "--out", str(Path(tmp) / "out"), *options] \
             + policy_overrides(path, kind)
         with open(Path(tmp) / "stderr", "w+b") as errors:
             start = time.perf_counter()
@@ -108,17 +109,20 @@ def command_run(path: Path, kind: str) -> dict:
             child.returncode = os.waitstatus_to_exitcode(status)
             errors.seek(0)
             err = errors.read().decode(errors="replace").strip().splitlines()
+        tables = next((f.suffix[1:] for f in (Path(tmp) / "out").glob("requests.*")), "-")
     if child.returncode != 0:
         return {"error": err[-1] if err else f"simbatch run exited {child.returncode}"}
-    return {"wall": wall, "peak_mib": usage.ru_maxrss / 1024}
+    return {"wall": wall, "peak_mib": usage.ru_maxrss / 1024, "tables": tables}
 
 
-def bench_command(path: Path, kind: str, repeat: int) -> dict:
-    """Median wall time and largest peak RSS of ``repeat`` whole ``simbatch run`` commands."""
-    runs = [command_run(path, kind) for _ in range(repeat)]
+def bench_command(path: Path, kind: str, repeat: int, options: tuple[str, ...] = ()) -> dict:
+    """Median wall time and largest peak RSS of ``repeat`` whole ``simbatch run`` commands
+    (``options``: more of its options, e.g. ``("--format", "csv")``)."""
+    runs = [command_run(path, kind, options) for _ in range(repeat)]
     if "error" in runs[0]:
         raise SimbatchError("", runs[0]["error"])
-    return {"wall": statistics.median(r["wall"] for r in runs), "peak_mib": max(r["peak_mib"] for r in runs)}
+    return {"wall": statistics.median(r["wall"] for r in runs), "peak_mib": max(r["peak_mib"] for r in runs),
+            "tables": runs[0]["tables"]}
 
 
 def missing_trace(path: Path) -> Path | None:

@@ -22,16 +22,23 @@ versions of this benchmark printed), and ``command s``, the whole
 exit (interpreter and imports, the run, the printed summary, the files
 written), started through the console script installed beside this Python
 (not a version manager's shim). ``extra s`` is their difference: start-up,
-printing and writing.
+printing and writing; ``cmd/run`` their ratio.
+
+The whole command runs once per table format (``--formats``, ``--c-formats``):
+``auto``, the default, writes (c)'s tables as Parquet (its steps table has
+more rows than a spreadsheet holds) and (a)'s and (b)'s as CSV; ``csv``
+forces CSV. The ``tables`` column says what was written.
 
     python benchmarks/bench_speed.py                         # a, b (both policies), c (continuous)
     python benchmarks/bench_speed.py --only c --repeat 1
+    python benchmarks/bench_speed.py --only c --c-formats auto,csv,parquet
     python benchmarks/bench_speed.py --c-policies continuous,chunked_prefill
     python benchmarks/bench_speed.py --only a --policies static,dynamic,continuous,chunked_prefill+streams2
 
 A benchmark, not a test: it asserts nothing. The targets it checks by eye
 (issue 18): (a)'s whole command under 1.5 s for continuous and 1.8 s for
-chunked prefill; (c)'s whole command, outputs included, under 60 s and 1.5 GiB.
+chunked prefill; (c)'s whole command, outputs included, under 60 s and 1.5 GiB;
+(issue 15, item 4) (c)'s whole command at most 1.2x its ``run()``.
 """
 
 from __future__ import annotations
@@ -52,30 +59,33 @@ POLICIES = ("continuous", "chunked_prefill")
 # ``streams: 2``, decodes and chunks on two streams)
 ALL_POLICIES = ("static", "dynamic", "continuous", "chunked_prefill", "continuous+streams2",
                 "chunked_prefill+streams2")
+FORMATS = ("auto", "csv", "parquet")  # simbatch run --format
 
 
-def table(label: str, path: Path, policies: list[str], repeat: int) -> None:
-    """One workload: a row per policy (in-process and whole-command wall s, rates, peak MiB)."""
+def table(label: str, path: Path, policies: list[str], repeat: int, formats: list[str]) -> None:
+    """One workload: a row per policy and table format (in-process and whole-command wall s,
+    rates, peak MiB)."""
     if (trace := missing_trace(path)) is not None:
         print(f"\n({label}) {path.name}: skipped, trace {trace} not found")
         return
     print(f"\n({label}) {path.stem} (median of {repeat}, one fresh process per run)")
-    print(f"{'policy':26}{'run() s':>9}{'command s':>11}{'extra s':>9}{'requests':>10}{'steps':>10}"
-          f"{'req/s':>9}{'steps/s':>10}{'run() MiB':>11}{'command MiB':>13}")
+    print(f"{'policy':26}{'--format':>9}{'tables':>8}{'run() s':>9}{'command s':>11}{'extra s':>9}{'cmd/run':>8}"
+          f"{'requests':>10}{'steps':>10}{'req/s':>9}{'steps/s':>10}{'run() MiB':>11}{'command MiB':>13}")
     for kind in policies:
         r = bench_policy(path, kind, repeat)
-        c = bench_command(path, kind, repeat)
         requests = round(r["req_per_s"] * r["wall"])
-        print(f"{kind:26}{r['wall']:9.2f}{c['wall']:11.2f}{c['wall'] - r['wall']:9.2f}{requests:10d}"
-              f"{r['steps']:10d}{r['req_per_s']:9.0f}{r['steps_per_s']:10.0f}{r['peak_mib']:11.0f}"
-              f"{c['peak_mib']:13.0f}", flush=True)
+        for fmt in formats:
+            c = bench_command(path, kind, repeat, ("--format", fmt))
+            print(f"{kind:26}{fmt:>9}{c['tables']:>8}{r['wall']:9.2f}{c['wall']:11.2f}{c['wall'] - r['wall']:9.2f}"
+                  f"{c['wall'] / r['wall']:8.2f}{requests:10d}{r['steps']:10d}{r['req_per_s']:9.0f}"
+                  f"{r['steps_per_s']:10.0f}{r['peak_mib']:11.0f}{c['peak_mib']:13.0f}", flush=True)
 
 
-def policy_list(text: str, ap: argparse.ArgumentParser) -> list[str]:
-    """Comma-separated policy names, checked."""
+def name_list(text: str, allowed: tuple[str, ...], what: str, ap: argparse.ArgumentParser) -> list[str]:
+    """Comma-separated names, each one of ``allowed``."""
     names = [p.strip() for p in text.split(",") if p.strip()]
-    if unknown := [p for p in names if p not in ALL_POLICIES]:
-        ap.error(f"unknown policy {', '.join(unknown)}; allowed: {', '.join(ALL_POLICIES)}")
+    if unknown := [p for p in names if p not in allowed]:
+        ap.error(f"unknown {what} {', '.join(unknown)}; allowed: {', '.join(allowed)}")
     return names
 
 
@@ -88,18 +98,26 @@ def main(argv: list[str] | None = None) -> None:
                     help="policies for (a) and (b) (default: continuous,chunked_prefill)")
     ap.add_argument("--c-policies", default="continuous",
                     help="policies for (c) (default: continuous; chunked_prefill takes minutes)")
+    ap.add_argument("--formats", default="auto", help="simbatch run --format values for (a) and (b) (default: auto)")
+    ap.add_argument("--c-formats", default="auto,csv",
+                    help="simbatch run --format values for (c) (default: auto,csv; auto writes Parquet there)")
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be >= 1")
     only = [w.strip() for w in args.only.split(",") if w.strip()]
     if bad := [w for w in only if w not in WORKLOADS]:
         ap.error(f"unknown workload {', '.join(bad)}; allowed: a, b, c")
-    policies, c_policies = policy_list(args.policies, ap), policy_list(args.c_policies, ap)
+    policies, c_policies = (name_list(args.policies, ALL_POLICIES, "policy", ap),
+                            name_list(args.c_policies, ALL_POLICIES, "policy", ap))
+    formats, c_formats = (name_list(args.formats, FORMATS, "format", ap),
+                          name_list(args.c_formats, FORMATS, "format", ap))
     print_machine()
-    print(f"command: {' '.join(console_command())} run SCENARIO --out DIR --set policy.kind=... (a fresh process)")
+    print(f"command: {' '.join(console_command())} run SCENARIO --out DIR --format F --set policy.kind=... "
+          "(a fresh process)")
     try:
         for w in only:
-            table(w, WORKLOADS[w], c_policies if w == "c" else policies, args.repeat)
+            table(w, WORKLOADS[w], c_policies if w == "c" else policies, args.repeat,
+                  c_formats if w == "c" else formats)
     except SimbatchError as exc:
         sys.exit(f"error: {exc}")
 
