@@ -83,8 +83,55 @@ def _kind(spec, kinds: dict, where: str) -> str:
         got = "missing" if kind is None else f"unknown kind {kind!r}"
         raise SimbatchError(f"{where}.kind", f"{got}; allowed: {', '.join(kinds)}")
     required, optional = kinds[kind]
-    check_keys(spec, ("kind", *required, *optional), where)
+    fields = ("kind", *required, *optional)
+    others = {k for r, o in kinds.values() for k in (*r, *o)}  # every kind's fields
+    stray = [k for k in spec if k not in fields]
+    missing = [k for k in required if k not in spec]
+    if any(k not in others for k in stray):  # not another kind's field: a typo, named with its line
+        check_keys(spec, fields, where)
+    if stray or missing:  # named at the first field left over (its line), else the first missing
+        raise SimbatchError(f"{where}.{(stray or missing)[0]}",
+                            kind_fields_message(spec, kind, kinds, stray, missing, where))
     return kind
+
+
+def kind_fields_message(spec: dict, kind: str, kinds: dict, stray: list, missing: list, where: str) -> str:
+    """Why ``spec``'s fields do not fit its ``kind`` (fields of another kind left behind, as when
+    ``--set ...arrival.kind=burst`` switches a poisson arrival and leaves its ``rate``, or the
+    kind's own fields missing), what the kind takes, and the ``--set`` that gives it."""
+    required, optional = kinds[kind]
+    if required:
+        takes = f"needs {_and(required)}" + (f" (optional: {', '.join(optional)})" if optional else "")
+    else:
+        takes = f"takes {_and(optional)}" if optional else "takes no field besides kind"
+    said = [f"kind {kind!r} {takes}"]
+    if stray:
+        said.append(f"{_and(stray)} {'belongs' if len(stray) == 1 else 'belong'} to other kinds")
+    if missing:
+        said.append(f"{_and(missing)} {'is' if len(missing) == 1 else 'are'} missing")
+    field = where.rpartition(": ")[2]  # the dotted field, without the scenario file before it
+    if stray:  # a --set cannot remove a field: the whole spec, as one value, replaces the old one
+        kept = {k: v for k, v in spec.items() if k in (*required, *optional)}
+        values = [f"kind: {kind}"] + [f"{k}: {_flow(kept[k]) if k in kept else '<number>'}"
+                                      for k in (*required, *[o for o in optional if o in kept])]
+        if not required and optional and not kept:
+            values.append(f"{optional[0]}: ...")
+        fix = f"give the whole spec at once: --set '{field}={{{', '.join(values)}}}'"
+    else:
+        fix = "add " + " ".join(f"--set {field}.{k}=<number>" for k in missing)
+    return "; ".join(said) + "; " + fix
+
+
+def _and(names) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _flow(value) -> str:
+    """``value`` as YAML flow text (JSON is YAML), for a --set line."""
+    import json
+
+    return json.dumps(value)
 
 
 def sample_arrivals(spec: dict, n: int, rng: np.random.Generator, where: str) -> np.ndarray:
