@@ -280,3 +280,16 @@ def test_new_policy_kind_takes_the_scenarios_policies_section_like_compare():
     assert policies["continuous"] == {"kind": "continuous", "max_num_seqs": 8}
     assert policies["dynamic"] == {"kind": "dynamic"}
     assert policies["static"] == sc.with_policy("static").data["policy"]
+
+
+def test_cli_sweep_report_writes_what_simbatch_report_writes(tmp_path, capsys):
+    """`simbatch sweep ... --report` (as `compare --report`): the sweep's report in its folder,
+    the same report `simbatch report DIR` makes of it, sweep table included."""
+    path = write_tiny(tmp_path, {"grid": {"workload.rate_scale": [1, 2]}})
+    out = tmp_path / "o"
+    assert main(["sweep", str(path), "--executor", "inline", "--out", str(out), "--report"]) == 0
+    assert f"wrote {out / 'report.html'}" in capsys.readouterr().out
+    assert main(["report", str(out), "--out", str(tmp_path / "again")]) == 0
+    md = (out / "report.md").read_text()
+    assert md == (tmp_path / "again" / "report.md").read_text()
+    assert '<a id="sweep"></a>' in md and (out / "report.html").stat().st_size > 0

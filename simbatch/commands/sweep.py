@@ -24,6 +24,9 @@ def add_arguments(p) -> None:
                    help="sweep a field over values, e.g. --grid policy.kind=static,continuous (repeatable; "
                         "adds to or replaces the scenario's sweep: section)")
     add_executor_arguments(p)
+    p.add_argument("--report", action="store_true",
+                   help="also write report.html, report.md and report_files/ into the sweep folder "
+                        "(what `simbatch report DIR` writes)")
 
 
 def note(message: str) -> None:
@@ -48,3 +51,8 @@ def run(args) -> None:
     a = table.attrs
     print(f"{a['runs']} runs ({a['ran']} run now, {a['reused']} reused) on {executor.name}; "
           f"wrote {out_dir}/sweep.csv, sweep.parquet, sweep.yaml and runs/")
+    if args.report:  # from the folder as written, exactly as `simbatch report` reads it
+        from simbatch.report.html import write_report
+
+        path = write_report(out_dir)
+        print(f"wrote {path} ({path.stat().st_size:,} bytes), report.md and report_files/")
