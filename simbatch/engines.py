@@ -17,8 +17,7 @@ that matter under load, and the scenario's ``engine:`` section models both:
 - **Memory held back from the KV cache.** Each engine sizes its KV pool as
   ``total memory x gpu_memory_utilization - what it holds back``, by its own
   rule. vLLM v0 (``Worker.profile_num_available_blocks``, v0.1.7 to v0.2.3 at
-  least: DistServe's baseline fork, interestingLSY/vllm
-  ``distserve-baseline-vllm``, is v0.1.7) runs one dummy forward pass of
+  least; DistServe's measured baseline is v0.2.3, see the preset) runs one dummy forward pass of
   ``max_num_batched_tokens`` tokens over ``max_num_seqs`` sequences and holds
   back ``torch.cuda.max_memory_allocated()`` after it: the weights and that
   pass's activations, nothing outside PyTorch (``profile_activations``).
@@ -57,12 +56,15 @@ SAMPLER_BYTES_PER_LOGIT = 4 * 4 + 8
 # of the GPU's memory it holds back.
 PRESETS: dict[str, dict] = {
     "none": {},
-    # vLLM of late 2023 (v0 engine, no CUDA graphs; DistServe's baseline is v0.1.7)
-    # started with --engine-use-ray --worker-use-ray, as DistServe's artifact ran it
+    # vLLM v0.2.3 (v0 engine, no CUDA graphs), DistServe's baseline: its evaluation docs say
+    # "We use version v0.2.3"; the fork's v0.2.3 branch got its timing changes from 2024-04-13
+    # on and the measured logs were committed on 2024-04-23, while the fork's v0.1.7 branch
+    # changes only from 2024-04-25. Its scheduler pads prompt batches (policy max_paddings in
+    # scenarios/vllm_opt13b_a100.yaml). Started with --engine-use-ray --worker-use-ray, as DistServe's artifact ran it
     # (shared/measured/README.md). Overhead fitted (`simbatch calibrate --from-log`,
     # roofline cost model) on vllm-100-1, vllm-150-1.5, vllm-100-2 and vllm-200-2
     # (OPT-13B, one A100-80GB), checked on vllm-250-2.5 and vllm-300-3
-    # (benchmarks/bench_fidelity.py). The memory terms are not fitted: v0.1.7 holds
+    # (benchmarks/bench_fidelity.py). The memory terms are not fitted: v0.2.3 holds
     # back max_memory_allocated() after its profiling pass (weights + activations).
     "vllm-0.2-ray": {"step_s": 8.09e-3, "per_seq_s": 5.21e-4, "per_token_s": 0.0, "request_s": 3.26e-2,
                      "profile_activations": True},
