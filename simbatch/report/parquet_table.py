@@ -4,7 +4,9 @@ A million-request run's ``steps.csv`` is 450 MB of decimal text that takes
 tens of seconds to write (every float through ``repr``); the same columns as
 Parquet are written in about a second, a fraction of the size, and read back
 with their types (issue 15, item 4). pyarrow is imported here only, so a run
-that writes CSV never loads it.
+that writes CSV never loads it; and numeric columns are handed to pyarrow as
+buffers (:func:`_arrow_array`), not through ``pyarrow.array``, which imports
+pandas (0.3 s or more) to ask whether a numpy array is a pandas object.
 
 A missing value (NaN: a request's ``finish_s`` when it did not finish) is
 written as a Parquet null, which is what the CSV's empty cell is; pandas
@@ -33,12 +35,36 @@ def write_parquet(path, table) -> None:
     import pyarrow.parquet as pq
 
     if isinstance(table, Mapping):
-        arrow = pa.table({str(name): pa.array(np.asarray(values), from_pandas=True)
-                          for name, values in table.items()})
+        arrow = pa.table({str(name): _arrow_array(np.asarray(values)) for name, values in table.items()})
     else:
         arrow = pa.Table.from_pandas(table, preserve_index=False)
     dictionary = [f.name for f in arrow.schema if not pa.types.is_floating(f.type)]
     pq.write_table(arrow, path, compression=COMPRESSION, use_dictionary=dictionary)
+
+
+def _arrow_array(values: np.ndarray):
+    """A 1-D numpy column as a pyarrow array: numbers and booleans from their buffers (no copy of
+    an aligned int or float column), NaN marked null; anything else through ``pyarrow.array``."""
+    import pyarrow as pa
+
+    kind = values.dtype.kind
+    if values.ndim != 1 or kind not in "iufb":
+        return pa.array(values, from_pandas=True)
+    values = np.ascontiguousarray(values, values.dtype.newbyteorder("="))
+    if kind == "b":
+        return pa.Array.from_buffers(pa.bool_(), len(values), [None, _bits(values)])
+    missing = np.isnan(values) if kind == "f" else None
+    nulls = int(missing.sum()) if missing is not None else 0
+    validity = _bits(~missing) if nulls else None
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values),
+                                 [validity, pa.py_buffer(values)], null_count=nulls)
+
+
+def _bits(flags: np.ndarray):
+    """Booleans as an Arrow bitmap (least significant bit first)."""
+    import pyarrow as pa
+
+    return pa.py_buffer(np.packbits(flags, bitorder="little"))
 
 
 def parquet_columns(path: Path) -> list[str]:
