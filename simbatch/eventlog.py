@@ -1,15 +1,24 @@
 """The event log: everything a run did, recorded by the engine, read by metrics.
 
-The engine only appends; every statistic is computed afterwards (SimPy's
-monitoring idea). Per-token times are not stored one by one: a request that
-emits a token at the end of its replica's step ``first`` and of every
-*decode step* (a step with ``decode_tokens > 0``) after it up to ``last`` is
-recorded as one *token run* ``(request, replica, first, last)``, where step
-numbers count that replica's steps from 0. A decoding request emits at every
-decode step, and prefill-only steps that pause all decodes do not break its
-run, so runs are long and few, and memory stays per-request rather than
-per-token. Columns are typed arrays (``array.array``), not lists: 8 bytes a
-value rather than a Python object, which matters for runs of millions of steps.
+The engine only records; every statistic is computed afterwards (SimPy's
+monitoring idea). It records each step as it ends (one row of the per-step
+columns, :attr:`EventLog.STEP_TYPES`) and each output token as a *stay* in or a
+*join* of its request's token run. Per-token times are not stored one by one: a
+request that emits a token at the end of its replica's step ``first`` and of
+every *decode step* (a step with ``decode_tokens > 0``) after it up to ``last``
+is recorded as one *token run* ``(request, replica, first, last)``, where step
+numbers count that replica's steps from 0. A decode token stays in the
+request's open run when no decode step of its replica ran since the run's
+latest token (prefill-only steps that pause all decodes do not break runs); any
+other token (a first token, one after a recompute or a break) joins a new run,
+and the open one *leaves*: it is recorded, and never changes again. The log
+keeps each request's open run itself, so the engine's requests hold scheduling
+state only; token times are derived from the recorded runs after the run
+(:meth:`EventLog.token_times`, :mod:`simbatch.metrics.requests`). A decoding
+request emits at every decode step, so runs are long and few, and memory stays
+per-request rather than per-token. Recorded columns are typed arrays
+(``array.array``), not lists: 8 bytes a value rather than a Python object,
+which matters for runs of millions of steps.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ import numpy as np
 class EventLog:
     """Append-only record of one run (per-request arrays, per-step columns, token runs)."""
 
-    # name -> array typecode ("q": int64, "d": float64)
+    # A step's record: name -> array typecode ("q": int64, "d": float64)
     STEP_TYPES = {
         "replica": "q",  # replica index
         "start_s": "d",  # step start (simulated seconds)
@@ -51,11 +60,19 @@ class EventLog:
         self.num_preemptions = np.zeros(n, dtype=np.int64)
         self.replica = np.full(n, -1, dtype=np.int64)
         self.steps: dict[str, array] = {c: array(t) for c, t in self.STEP_TYPES.items()}
+        self._appends = tuple(column.append for column in self.steps.values())  # STEP_COLUMNS order
         self.replica_num_steps = [0] * num_replicas
+        # Recorded (closed) token runs, one entry each.
         self.run_request = array("q")
         self.run_replica = array("q")
         self.run_first = array("q")
         self.run_last = array("q")
+        # Each request's open token run: its replica, first and latest token's steps (first -1,
+        # latest -2: none). Python lists, not arrays: the engine reads and writes them a value
+        # at a time.
+        self.open_replica = [-1] * n
+        self.open_first = [-1] * n
+        self.open_last = [-2] * n
         self.kv_capacity_blocks = [0] * num_replicas
         self.messages: list[str] = []  # notable things said during the run
         self.prefix_cache = None  # PrefixCacheStats when kv_cache.prefix_caching is on (simbatch.prefix_cache)
@@ -82,52 +99,75 @@ class EventLog:
         self.decode_start_s = np.full(n, np.nan)
         self.kv_bytes = np.zeros(n)
 
-    def record_step(self, **values) -> int:
-        """Append one step (all :attr:`STEP_COLUMNS`); return its number on its replica."""
-        return self.append_step(*(values[c] for c in self.STEP_COLUMNS))
+    # --- steps -------------------------------------------------------------------------
 
-    def append_step(self, replica, start_s, duration_s, num_seqs, num_slots, prefill_tokens,
-                    decode_tokens, padded_tokens, kv_used_blocks, num_waiting, useful_flops,
-                    useful_bytes) -> int:
-        """:meth:`record_step` with the columns in :attr:`STEP_COLUMNS` order (the engine's
-        hot path: one call per simulated step, without building a dict)."""
-        s = self.steps
-        s["replica"].append(replica)
-        s["start_s"].append(start_s)
-        s["duration_s"].append(duration_s)
-        s["num_seqs"].append(num_seqs)
-        s["num_slots"].append(num_slots)
-        s["prefill_tokens"].append(prefill_tokens)
-        s["decode_tokens"].append(decode_tokens)
-        s["padded_tokens"].append(padded_tokens)
-        s["kv_used_blocks"].append(kv_used_blocks)
-        s["num_waiting"].append(num_waiting)
-        s["useful_flops"].append(useful_flops)
-        s["useful_bytes"].append(useful_bytes)
+    def append_step(self, *, replica: int, start_s: float, duration_s: float, num_seqs: int, num_slots: int,
+                    prefill_tokens: int, decode_tokens: int, padded_tokens: int, kv_used_blocks: int,
+                    num_waiting: int, useful_flops: float, useful_bytes: float) -> int:
+        """Append one step's record, every column of :attr:`STEP_TYPES` by name; return its
+        number on its replica. The engine's hot path, one call per simulated step: keywords
+        cost no more than positions, where building a record object (a NamedTuple) would
+        add about a third to the call."""
+        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = self._appends  # STEP_COLUMNS order
+        a0(replica)
+        a1(start_s)
+        a2(duration_s)
+        a3(num_seqs)
+        a4(num_slots)
+        a5(prefill_tokens)
+        a6(decode_tokens)
+        a7(padded_tokens)
+        a8(kv_used_blocks)
+        a9(num_waiting)
+        a10(useful_flops)
+        a11(useful_bytes)
         k = self.replica_num_steps[replica]
         self.replica_num_steps[replica] = k + 1
         return k
 
-    def append_steps(self, replica: int, starts: list, durations: list, num_seqs: int, num_slots: int,
-                     prefill_tokens: int, decode_tokens: int, padded_tokens: int, kv_used_blocks: int,
-                     num_waiting: list, useful_flops: list, useful_bytes: list) -> int:
-        """:meth:`append_step` for a run of ``len(starts)`` consecutive steps of one replica at
-        once (lists per step, the other columns the same for each); returns the first's
-        number on the replica."""
-        k, s = len(starts), self.steps
-        s["replica"].extend([replica] * k)
-        s["start_s"].extend(starts)
-        s["duration_s"].extend(durations)
-        for col, v in (("num_seqs", num_seqs), ("num_slots", num_slots), ("prefill_tokens", prefill_tokens),
-                       ("decode_tokens", decode_tokens), ("padded_tokens", padded_tokens),
-                       ("kv_used_blocks", kv_used_blocks)):
-            s[col].extend([v] * k)
-        s["num_waiting"].extend(num_waiting)
-        s["useful_flops"].extend(useful_flops)
-        s["useful_bytes"].extend(useful_bytes)
+    def append_steps(self, **columns) -> int:
+        """Append a run of consecutive steps of one replica at once, every column by name as in
+        :meth:`append_step`: a list with one value per step, or one ``int`` or ``float`` for
+        them all (``replica`` is always one); the run's length is ``len(start_s)``. Returns
+        the first's number on the replica."""
+        if columns.keys() != self.steps.keys():
+            raise TypeError(f"append_steps needs the columns {', '.join(self.STEP_COLUMNS)}")
+        k = len(columns["start_s"])
+        for name, column in self.steps.items():
+            v = columns[name]
+            column.extend([v] * k if isinstance(v, (int, float)) else v)
+        replica = columns["replica"]
         first = self.replica_num_steps[replica]
         self.replica_num_steps[replica] = first + k
         return first
+
+    # --- token runs: joins and leaves --------------------------------------------------
+
+    def run_continues(self, request: int, since: int) -> bool:
+        """Whether a token of ``request`` now would stay in its open token run: the run's
+        latest token came at step ``since`` or later (``since`` >= -1: the replica's latest
+        decode step before now; a run and the steps in it are one replica's)."""
+        return self.open_last[request] >= since
+
+    def stay(self, request: int, step: int) -> None:
+        """``request`` emitted a token at the end of step ``step`` that stays in its open token
+        run (as :meth:`run_continues` said): the run now covers every decode step up to it."""
+        self.open_last[request] = step
+
+    def join(self, request: int, replica: int, step: int) -> None:
+        """``request`` emitted a token at the end of ``replica``'s step ``step`` that starts a new
+        token run; its open run, if any, leaves first."""
+        self.leave(request)
+        self.open_replica[request] = replica
+        self.open_first[request] = self.open_last[request] = step
+
+    def leave(self, request: int) -> None:
+        """``request``'s open token run (if it has one) ends: record it. The engine calls this
+        when the request finishes, and at the end of the run for those that did not."""
+        first = self.open_first[request]
+        if first >= 0:
+            self.record_token_run(request, self.open_replica[request], first, self.open_last[request])
+            self.open_first[request], self.open_last[request] = -1, -2
 
     def record_token_run(self, request: int, replica: int, first: int, last: int) -> None:
         """Request ``request`` emitted a token at the end of ``replica``'s step ``first`` and of
@@ -140,6 +180,8 @@ class EventLog:
     def note(self, message: str) -> None:
         """Keep a one-line remark for the run's log (e.g. why a batch was cut short)."""
         self.messages.append(message)
+
+    # --- reading -----------------------------------------------------------------------
 
     def step_table(self) -> dict[str, np.ndarray]:
         """Per-step columns as read-only numpy views (in recording order; no copy, since

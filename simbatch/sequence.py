@@ -6,6 +6,11 @@ are in the KV cache). A step gives it some new tokens to compute; when
 ``num_computed`` reaches ``num_tokens`` the step also emits the next output
 token. Chunked prefill, decode and recompute after preemption all fall out of
 that one rule.
+
+A sequence holds scheduling state only. When it emitted its tokens is the
+event log's to record (its open token run included: :mod:`simbatch.eventlog`),
+and while it decodes in lockstep, the clock its counters were last settled at
+is its replica's decode group's (:mod:`simbatch.engine.decode_group`).
 """
 
 from __future__ import annotations
@@ -19,8 +24,7 @@ class Sequence:
     __slots__ = (
         "id", "arrival_s", "prompt_tokens", "output_tokens", "priority",
         "num_tokens", "num_computed", "num_generated", "num_blocks",
-        "num_preemptions", "status", "run_first", "run_last", "clock",
-        "prefix", "num_cached_blocks", "num_prefix_hit",
+        "num_preemptions", "status", "prefix", "num_cached_blocks", "num_prefix_hit",
     )
 
     def __init__(self, id: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
@@ -36,9 +40,6 @@ class Sequence:
         self.num_blocks = 0  # KV blocks held
         self.num_preemptions = 0
         self.status = WAITING
-        self.run_first = -1  # current token run (see EventLog), in replica step numbers
-        self.run_last = -2
-        self.clock = 0  # DecodeGroup clock when the counters above were last settled
         # What identifies the prompt's content for prefix caching (simbatch.prefix_cache):
         # a tuple of chained hash-block ids, a session number, or None (nothing shared).
         self.prefix = prefix

@@ -12,7 +12,7 @@ PEAKS = {"peak_flops": 1e15, "peak_bandwidth": 4e12}
 
 def step(log, replica, start, dur, prefill=0, decode=0, padded=0, kv=0, flops=1e12, nbytes=2e9):
     """Record one step with the columns a test cares about."""
-    return log.record_step(replica=replica, start_s=start, duration_s=dur, num_seqs=1, num_slots=1,
+    return log.append_step(replica=replica, start_s=start, duration_s=dur, num_seqs=1, num_slots=1,
                            prefill_tokens=prefill, decode_tokens=decode, padded_tokens=padded,
                            kv_used_blocks=kv, num_waiting=0, useful_flops=flops, useful_bytes=nbytes)
 

@@ -3,34 +3,39 @@
 In a steady decode step every running request computes one token, so a
 request's counters after ``k`` such steps are its counters at the start plus
 ``k`` (and one more KV block each time its last block fills). The group keeps
-a clock (steady steps run so far) and, per request, the clock at which its
-fields were last brought up to date (``Sequence.clock``); the fields are
-settled only when someone needs them: when the request finishes (found from a
-heap of finish clocks), or when the policy's next plan reads the running
-requests (:meth:`DecodeGroup.sync_all`). What the steps need from the whole
-batch is kept as running totals instead of rescanning it: the number of
-requests that need a block at a given clock (a histogram over the clock modulo
-the block size), and the summed context. So a step costs O(1) and a request
-O(log n) over its whole decode, whatever the batch size.
+a clock (steady steps run so far) and, per member, the clock at which its
+fields were last brought up to date (:attr:`DecodeGroup.settled`); the fields
+are settled only when someone needs them: when the request finishes (found
+from a heap of finish clocks), or when the policy's next plan reads the
+running requests (:meth:`DecodeGroup.sync_all`). A member's token run stays
+open in the event log over the steady steps, and settling extends it to the
+latest one. What the steps need from the whole batch is kept as running totals
+instead of rescanning it: the number of requests that need a block at a given
+clock (a histogram over the clock modulo the block size), and the summed
+context. So a step costs O(1) and a request O(log n) over its whole decode,
+whatever the batch size.
 """
 
 from __future__ import annotations
 
 import heapq
 
+from simbatch.eventlog import EventLog
 from simbatch.sequence import Sequence
 
 
 class DecodeGroup:
     """Lazy lockstep state of a replica's running requests (see the module docstring)."""
 
-    def __init__(self, block_size: int, paged: bool):
+    def __init__(self, block_size: int, paged: bool, log: EventLog):
         self.block_size = block_size
         self.paged = paged  # max_length reservations take no blocks while decoding
         self.clock = 0  # steady decode steps run so far
         self.last_step = -1  # replica step number of the latest steady step
         # the policy's running list, same order (a dict: finishing members leave in O(1))
         self.members: dict[int, Sequence] = {}
+        self.settled: dict[int, int] = {}  # member id -> clock when its fields were last settled
+        self.log = log  # where the members' token runs stay open
         self.finishes: list[tuple[int, int, Sequence]] = []  # (finish clock, join order, seq)
         self.need_at = [0] * block_size  # members needing a block at the step run at clock c: need_at[c % bs]
         self.context_base = 0  # sum of (num_computed - clock) over members
@@ -87,14 +92,14 @@ class DecodeGroup:
         """``seq`` decodes next step with room to grow block by block, and its token run is live."""
         if not (seq.num_generated and seq.num_tokens - seq.num_computed == 1):
             return False
-        if seq.run_first < 0 or seq.run_last < prev_decode:
+        if not self.log.run_continues(seq.id, prev_decode):
             return False  # its next token starts a new token run: leave that to postprocess
         slack = seq.num_blocks * self.block_size - seq.num_computed
         return not self.paged or 0 <= slack < self.block_size
 
     def join(self, seq: Sequence) -> None:
         """Add ``seq`` (up to date now) to the group."""
-        seq.clock = self.clock
+        self.settled[seq.id] = self.clock
         self.members[seq.id] = seq
         self.account(seq, 1)
         heapq.heappush(self.finishes, (self.clock + seq.output_tokens - seq.num_generated,
@@ -106,12 +111,12 @@ class DecodeGroup:
         ``num_computed - clock`` and the block phase are invariant while it decodes."""
         if self.paged:
             slack = seq.num_blocks * self.block_size - seq.num_computed
-            self.need_at[(seq.clock + slack) % self.block_size] += sign
-        self.context_base += sign * (seq.num_computed - seq.clock)
+            self.need_at[(self.settled[seq.id] + slack) % self.block_size] += sign
+        self.context_base += sign * (seq.num_computed - self.settled[seq.id])
 
     def settle(self, seq: Sequence) -> None:
         """Apply the steady steps ``seq`` owes: tokens, blocks, its token run."""
-        owed = self.clock - seq.clock
+        owed = self.clock - self.settled[seq.id]
         if owed <= 0:
             return
         if self.paged:  # blocks were taken at owed steps slack, slack + bs, ...
@@ -121,8 +126,8 @@ class DecodeGroup:
         seq.num_computed += owed
         seq.num_generated += owed
         seq.num_tokens += owed
-        seq.run_last = self.last_step  # every steady step since it joined had it
-        seq.clock = self.clock
+        self.log.stay(seq.id, self.last_step)  # it stayed in its run at every steady step
+        self.settled[seq.id] = self.clock
 
     def pop_finished(self) -> list[Sequence]:
         """Members whose last token was the latest step's, settled up to just before it
@@ -136,11 +141,11 @@ class DecodeGroup:
             if self.paged and self.need_at_final(seq):
                 seq.num_blocks += 1
             seq.num_computed += 1
-            seq.clock = self.clock
+            self.settled[seq.id] = self.clock
             done.append(seq)
         for seq in done:
             self.account(seq, -1)  # its fields moved on together, so its phase and offset still hold
-            del self.members[seq.id]
+            del self.members[seq.id], self.settled[seq.id]
         return done
 
     def need_at_final(self, seq: Sequence) -> bool:
@@ -152,6 +157,7 @@ class DecodeGroup:
         for seq in self.members.values():
             self.settle(seq)
         self.members = {}
+        self.settled = {}
         self.finishes = []
         self.need_at = [0] * self.block_size
         self.context_base = 0

@@ -97,8 +97,10 @@ def padded_run(replica):
     while a < done:  # one log call per stretch of steps with the same live rows
         n = lives[a]
         b = a + lives[a:done].count(n)  # live counts only fall, so equal ones are adjacent
-        log.append_steps(replica.index, starts[a:b], seconds[a:b], n, slots, 0, n, slots - n, used, waiting[a:b],
-                         flops[a:b], nbytes[a:b])
+        log.append_steps(replica=replica.index, start_s=starts[a:b], duration_s=seconds[a:b], num_seqs=n,
+                         num_slots=slots, prefill_tokens=0, decode_tokens=n, padded_tokens=slots - n,
+                         kv_used_blocks=used, num_waiting=waiting[a:b], useful_flops=flops[a:b],
+                         useful_bytes=nbytes[a:b])
         a = b
     batch.num_decodes_done = decoded0 + done
     advance(replica, rows.unfinished(), step0, done)
@@ -132,17 +134,17 @@ class _Rows:
 
     def _last_token(self, s, r: int, end: float) -> None:
         """Row ``s`` emits its remaining ``r`` tokens, the last at the end of the run's step r - 1."""
-        replica, step0 = self.replica, self.step0
-        extends = s.run_first >= 0 and s.run_last >= self.prev  # its run goes on (see postprocess)
-        if r > 1:
+        replica, step0, log = self.replica, self.step0, self.replica.log
+        stays = log.run_continues(s.id, self.prev)  # its run goes on (see postprocess)
+        if r > 1:  # tokens at steps step0 .. step0 + r - 2, then the last one
             s.num_generated += r - 1
             s.num_tokens += r - 1
-            if not extends:
-                replica.close_run(s)
-                s.run_first = step0
-            s.run_last, extends = step0 + r - 2, True
+            if not stays:
+                log.join(s.id, replica.index, step0)
+            log.stay(s.id, step0 + r - 2)
+            stays = True
         s.num_computed += r
-        replica.emit(s, step0 + r - 1, end, extends)
+        replica.emit(s, step0 + r - 1, end, stays)
 
     def unfinished(self) -> list:
         """The rows still live when the run stopped."""
@@ -179,16 +181,20 @@ def decode_run(replica):
     # run; behind a blocked head (steady_decode's promise) arrivals change nothing.
     stop_on_arrival = policy.num_waiting == 0
     done = 0
-    while not (stop_on_arrival and policy.num_waiting):
+    while True:
+        waiting = policy.num_waiting  # the queue as this step starts (nothing below changes it)
+        if stop_on_arrival and waiting:
+            break
         need = group.need()
         if need > kv.num_free:
             break  # the normal path decides whom to preempt
         kv.take(need)
         cost = decode_cost(n, group.context())
-        start, waiting = env.now, policy.num_waiting
+        start = env.now
         yield env.timeout(cost.seconds)
-        step = append_step(index, start, cost.seconds, n, n, 0, n, 0, kv.num_used, waiting,
-                           cost.useful_flops, cost.useful_bytes)
+        step = append_step(replica=index, start_s=start, duration_s=cost.seconds, num_seqs=n, num_slots=n,
+                           prefill_tokens=0, decode_tokens=n, padded_tokens=0, kv_used_blocks=kv.num_used,
+                           num_waiting=waiting, useful_flops=cost.useful_flops, useful_bytes=cost.useful_bytes)
         group.clock += 1
         group.last_step = replica.prev_decode = step
         done += 1
@@ -224,8 +230,10 @@ def mixed_step(replica):
     cost = mixed_cost(n, context, chunk_new, [s.num_computed for s, _ in chunks], replica.streams)
     yield env.timeout(cost.seconds)
     num = n + len(chunks)
-    step = log.append_step(replica.index, start, cost.seconds, num, num, sum(chunk_new), n, 0, kv.num_used,
-                           waiting, cost.useful_flops, cost.useful_bytes)
+    step = log.append_step(replica=replica.index, start_s=start, duration_s=cost.seconds, num_seqs=num,
+                           num_slots=num, prefill_tokens=sum(chunk_new), decode_tokens=n, padded_tokens=0,
+                           kv_used_blocks=kv.num_used, num_waiting=waiting, useful_flops=cost.useful_flops,
+                           useful_bytes=cost.useful_bytes)
     end = env.now
     finished = replica.apply_chunks(chunks, step, start, end)
     group.clock += 1
@@ -253,14 +261,12 @@ def emit_last_tokens(replica, step: int, end: float) -> list:
 def advance(replica, seqs, step0: int, done: int) -> None:
     """Apply ``done`` decode steps of a padded batch to each live row at once: tokens, token runs
     (a padded batch reserved its blocks up front)."""
-    last = step0 + done - 1
+    last, log = step0 + done - 1, replica.log
     for s in seqs:
         s.num_computed += done
         s.num_generated += done
         s.num_tokens += done
-        if s.run_first >= 0 and s.run_last >= replica.prev_decode:  # the run goes on (see postprocess)
-            s.run_last = last
-        else:
-            replica.close_run(s)
-            s.run_first, s.run_last = step0, last
+        if not log.run_continues(s.id, replica.prev_decode):  # its run broke (see postprocess)
+            log.join(s.id, replica.index, step0)
+        log.stay(s.id, last)
     replica.prev_decode = last

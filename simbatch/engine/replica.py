@@ -4,7 +4,8 @@ Each iteration is nano-vllm's three verbs: the policy *schedules* a step plan,
 the backend *runs* it (here: returns its duration, and SimPy time advances by
 it, one event per step, never one per token), and the engine *postprocesses*:
 tokens are emitted, finished requests retired, and everything is appended to
-the event log.
+the event log: the step as a record of named columns, each token as a stay in
+or a join of its request's token run.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class Replica:
                              and (self.streams == 1 or hasattr(backend, "price_streams")))
         self.prev_decode = -1  # this replica's latest step that ran decodes
         # running requests advanced lazily by steady decode runs (see DecodeGroup)
-        self.group = DecodeGroup(policy.kv.block_size, policy.kv.mode == "paged")
+        self.group = DecodeGroup(policy.kv.block_size, policy.kv.mode == "paged", log)
         # An online controller (simbatch.control), if any: consulted at the first step
         # boundary at or after control_at; window collects the latencies it watches.
         self.controller = None
@@ -115,15 +116,17 @@ class Replica:
         """Apply a finished step: computed tokens, emitted tokens, finished requests, the log."""
         log, end = self.log, self.env.now
         step = log.append_step(
-            self.index, start, cost.seconds, plan.num_seqs, plan.num_slots, plan.num_prefill_tokens,
-            plan.num_decode_tokens, plan.num_padded_tokens, self.policy.kv.num_used, num_waiting,
-            cost.useful_flops, cost.useful_bytes)
+            replica=self.index, start_s=start, duration_s=cost.seconds, num_seqs=plan.num_seqs,
+            num_slots=plan.num_slots, prefill_tokens=plan.num_prefill_tokens,
+            decode_tokens=plan.num_decode_tokens, padded_tokens=plan.num_padded_tokens,
+            kv_used_blocks=self.policy.kv.num_used, num_waiting=num_waiting,
+            useful_flops=cost.useful_flops, useful_bytes=cost.useful_bytes)
         finished = []
-        seqs, first_scheduled = self.seqs, log.first_scheduled_s
-        # A decode-slot token extends its request's token run when no decode step
+        seqs, first_scheduled, continues, stay = self.seqs, log.first_scheduled_s, log.run_continues, log.stay
+        # A decode-slot token stays in its request's token run when no decode step
         # ran between the run's last token and this step (prefill-only steps that
         # paused the decodes do not break runs; see EventLog).
-        joins = self.prev_decode
+        since = self.prev_decode
         decode_slots = plan.num_decode_slots
         rids, news = plan.request_ids, plan.num_new_tokens
         for rid, n in zip(rids[:decode_slots], news[:decode_slots]):
@@ -133,21 +136,21 @@ class Replica:
             if seq.num_computed == seq.num_prefix_hit and seq.num_preemptions == 0 and seq.num_generated == 0:
                 first_scheduled[rid] = start
             if n > 1:  # speculative decoding: its last token and n - 1 drafts verified at once
-                if self.verify(seq, n - 1, step, end, seq.run_first >= 0 and seq.run_last >= joins):
+                if self.verify(seq, n - 1, step, end, continues(rid, since)):
                     finished.append(seq)
                 continue
             seq.num_computed += n
             if seq.num_computed == seq.num_tokens:
                 g = seq.num_generated + 1
-                extends = seq.run_first >= 0 and seq.run_last >= joins
-                if extends and 1 < g < seq.output_tokens:
-                    # Hot path (most tokens): a decode that extends its token run and
+                stays = continues(rid, since)
+                if stays and 1 < g < seq.output_tokens:
+                    # Hot path (most tokens): a decode that stays in its token run and
                     # is neither the first nor the last token. Same effect as emit().
-                    seq.run_last = step
+                    stay(rid, step)
                     seq.num_generated = g
                     seq.num_tokens += 1
                     continue
-                self.emit(seq, step, end, extends)
+                self.emit(seq, step, end, stays)
                 if seq.status == FINISHED:
                     finished.append(seq)
         chunks = [(seqs[rid], n) for rid, n in zip(rids[decode_slots:], news[decode_slots:]) if rid >= 0]
@@ -172,14 +175,14 @@ class Replica:
                     finished.append(seq)
         return finished
 
-    def verify(self, seq: Sequence, drafts: int, step: int, end: float, extends: bool) -> bool:
+    def verify(self, seq: Sequence, drafts: int, step: int, end: float, stays: bool) -> bool:
         """A verify step of ``seq`` over its last token and ``drafts`` drafts: the drafts kept
         and the target's own next token are emitted together, as one chunk of its token run
         (so ITL, as vLLM's benchmark measures it, is the gap between chunks). Returns True
         when ``seq`` finished."""
         kept = self.speculation.accept(seq.id, seq.num_generated, seq.output_tokens, drafts)
         seq.num_computed += 1 + kept  # the rejected drafts' KV slots stay allocated, for the next drafts
-        self.emit(seq, step, end, extends)
+        self.emit(seq, step, end, stays)
         for _ in range(kept):
             self.emit(seq, step, end, True)
         if seq.status == FINISHED:
@@ -187,14 +190,13 @@ class Replica:
             return True
         return False
 
-    def emit(self, seq: Sequence, step: int, end: float, extends: bool) -> None:
+    def emit(self, seq: Sequence, step: int, end: float, stays: bool) -> None:
         """``seq`` produced an output token at the end of replica step ``step``
-        (``extends``: the token continues its current token run)."""
-        if extends:
-            seq.run_last = step
+        (``stays``: the token stays in its open token run, else it joins a new one)."""
+        if stays:
+            self.log.stay(seq.id, step)
         else:
-            self.close_run(seq)
-            seq.run_first = seq.run_last = step
+            self.log.join(seq.id, self.index, step)
         if seq.num_generated == 0:
             self.log.first_token_s[seq.id] = end
             if self.window is not None:
@@ -202,16 +204,10 @@ class Replica:
         seq.num_generated += 1
         if seq.num_generated == seq.output_tokens:
             seq.status = FINISHED
-            self.close_run(seq)
+            self.log.leave(seq.id)
             self.log.finish_s[seq.id] = end
             self.log.num_emitted[seq.id] = seq.num_generated
             self.log.num_preemptions[seq.id] = seq.num_preemptions
             self.seqs[seq.id] = None  # all it did is in the log now; let it go
         else:
             seq.num_tokens += 1
-
-    def close_run(self, seq: Sequence) -> None:
-        """Write ``seq``'s current token run to the log, if it has one."""
-        if seq.run_first >= 0:
-            self.log.record_token_run(seq.id, self.index, seq.run_first, seq.run_last)
-            seq.run_first, seq.run_last = -1, -2

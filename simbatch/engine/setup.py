@@ -244,11 +244,7 @@ def flush_unfinished(seqs: list[Sequence | None], replicas: list[Replica], log: 
         unfinished += 1
         log.num_emitted[seq.id] = seq.num_generated
         log.num_preemptions[seq.id] = seq.num_preemptions
-        where = log.replica[seq.id]
-        if log.decode_replica is not None and log.decode_replica[seq.id] >= 0:
-            where = log.decode_replica[seq.id]  # a disaggregated request past its transfer
-        if where >= 0:
-            replicas[where].close_run(seq)
+        log.leave(seq.id)  # its open token run, if any
     if unfinished:
         log.note(f"{unfinished} request(s) did not finish")
 

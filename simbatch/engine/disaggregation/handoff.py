@@ -51,9 +51,9 @@ class PrefillReplica(Replica):
 
     handoff: Handoff = None  # set by the builder
 
-    def emit(self, seq: Sequence, step: int, end: float, extends: bool) -> None:
-        seq.run_first = seq.run_last = step  # one token, one run (it never emitted before)
-        self.close_run(seq)
+    def emit(self, seq: Sequence, step: int, end: float, stays: bool) -> None:
+        # one token, one run: it never emitted before, and leaves for the decode pool
+        self.log.record_token_run(seq.id, self.index, step, step)
         self.log.first_token_s[seq.id] = end
         seq.num_generated = 1
         seq.status = FINISHED  # the policy retires it; its blocks go to the transfer first
@@ -70,12 +70,12 @@ class DecodeReplica(Replica):
     """A decode-pool replica: records when each transferred request's first step here starts;
     under ``transfer: pull`` its :class:`PullInbox` holds the requests it has yet to take."""
 
-    def emit(self, seq: Sequence, step: int, end: float, extends: bool) -> None:
+    def emit(self, seq: Sequence, step: int, end: float, stays: bool) -> None:
         if seq.num_generated == 1 and math.isnan(self.log.decode_start_s[seq.id]):
             # Every emit runs right after its step was recorded (postprocess, apply_chunks,
             # the fast path's finish), so that step is the log's latest row.
             self.log.decode_start_s[seq.id] = self.log.steps["start_s"][-1]
-        super().emit(seq, step, end, extends)
+        super().emit(seq, step, end, stays)
 
 
 class DecodeKVCache(KVCache):
