@@ -157,8 +157,12 @@ def bench_engine_overhead(backend, spec: ModelSpec, seed: int,
     from simbatch.scenario import from_dict
     from simbatch.engine.realtime import run_realtime
 
+    from simbatch.models import DEPLOYMENT_FIELDS
+
+    # The spec's fields as a model entry; how experts are laid out is the cluster's, not the model's.
+    model = {k: v for k, v in dataclasses.asdict(spec).items() if k not in DEPLOYMENT_FIELDS}
     data = {"name": "calibrate_engine", "workload": {"requests": engine_workload(seed, spec.max_context)},
-            "model": dataclasses.asdict(spec), "hardware": "a100-80gb",
+            "model": model, "hardware": "a100-80gb",
             "policy": {"kind": "continuous", "max_num_seqs": 16, "max_num_batched_tokens": 512},
             "kv_cache": {"block_size": backend.pool.block_size}, "seed": seed}
     scenario = from_dict(data, "calibrate")
