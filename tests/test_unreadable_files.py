@@ -79,7 +79,16 @@ def profile_files(name: str):
     return make
 
 
-FILES = {"scenario file": scenario_file, "trace file": trace_scenario, "empirical trace": empirical_scenario,
+def run_folder(name: str):
+    """``simbatch report`` on a run folder, with ``name`` (summary.json, requests.csv) the target."""
+    def make(folder: Path) -> tuple[list[str], Path]:
+        assert main(["run", "classroom", "--out", str(folder / "run")]) == 0
+        return ["report", str(folder / "run")], folder / "run" / name
+    return make
+
+
+FILES = {"run's summary": run_folder("summary.json"), "run's table": run_folder("requests.csv"),
+         "scenario file": scenario_file, "trace file": trace_scenario, "empirical trace": empirical_scenario,
          "config.json": hf_config, "log file": measured_log, "profile header": profile_files("profile.yaml"),
          "profile's measurements": profile_files("measurements.csv")}
 WHAT = {"empirical trace": "trace file"}  # the loader names the file by what it is read as
@@ -113,8 +122,10 @@ FOLDER = (lambda p: p.mkdir(), "is a folder, not a {what}")
 BINARY = (lambda p: p.write_bytes(b"\x00\xe9\xff" * 50), "not UTF-8 text (byte 0xe9 at offset 1); save the {what} as UTF-8")
 
 
-# A profile.yaml that is a folder is not a profile folder at all: the cost model says so first.
-@pytest.mark.parametrize("kind, make, cause", [(k, *FOLDER) for k in sorted(FILES) if k != "profile header"]
+# A profile.yaml that is a folder is not a profile folder at all: the cost model says so first;
+# likewise a summary.json that is a folder makes no run folder.
+@pytest.mark.parametrize("kind, make, cause", [(k, *FOLDER) for k in sorted(FILES)
+                                               if k not in ("profile header", "run's summary")]
                          + [(k, *BINARY) for k in sorted(FILES)])
 def test_a_folder_or_binary_file_is_named_as_such(tmp_path, capsys, kind, make, cause):
     argv, target = FILES[kind](tmp_path)

@@ -13,6 +13,7 @@ from the folder alone.
 from __future__ import annotations
 
 import datetime
+import io
 import json
 import platform
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from simbatch.bundled import bundled_dir
 from simbatch.errors import SimbatchError
 from simbatch.report.parquet_table import read_parquet
 from simbatch.scenario import read_yaml
+from simbatch.textfile import read_text
 from simbatch.yamlio import load_yaml
 
 RUN_FILES = ("summary.json", "requests.csv", "steps.csv")  # or the tables as .parquet (table_path)
@@ -72,9 +74,10 @@ class ReportData:
 
 
 def _read_json(path: Path) -> dict:
+    text = read_text(path, "run's summary")  # the one loader of user files (permissions, encoding)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        data = json.loads(text)
+    except ValueError as exc:
         raise SimbatchError(str(path), f"unreadable: {exc}") from None
     if not isinstance(data, dict):
         raise SimbatchError(str(path), "expected a JSON object (a run's summary)")
@@ -82,11 +85,12 @@ def _read_json(path: Path) -> dict:
 
 
 def _read_csv(path: Path, columns: tuple[str, ...] | None) -> pd.DataFrame:
-    if not path.is_file():
+    if not path.exists():
         raise SimbatchError(str(path), "missing (a run folder holds summary.json, requests.csv and steps.csv)")
+    text = read_text(path, "run's table")
     try:
-        table = pd.read_csv(path)
-    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        table = pd.read_csv(io.StringIO(text))
+    except (ValueError, pd.errors.ParserError) as exc:
         raise SimbatchError(str(path), f"unreadable CSV: {exc}".splitlines()[0]) from None
     missing = [c for c in columns or () if c not in table.columns]
     if missing:
@@ -98,13 +102,14 @@ def table_path(folder: Path, name: str) -> Path:
     """A run folder's table ``name`` (``requests``, ``steps``): ``NAME.csv`` or ``NAME.parquet``,
     whichever is there (``simbatch run --format``); a :class:`SimbatchError` if neither or both."""
     csv, parquet = folder / f"{name}.csv", folder / f"{name}.parquet"
-    if csv.is_file() and parquet.is_file():
+    # exists(), not is_file(): a folder or device by that name is read, and the loader says what it is
+    if csv.exists() and parquet.exists():
         raise SimbatchError(str(folder), f"holds both {csv.name} and {parquet.name}; a run writes one (remove "
                                          "the other)")
-    if not csv.is_file() and not parquet.is_file():
+    if not csv.exists() and not parquet.exists():
         raise SimbatchError(str(csv), f"missing (a run folder holds summary.json, and {name}.csv or "
                                       f"{name}.parquet)")
-    return parquet if parquet.is_file() else csv
+    return parquet if parquet.exists() else csv
 
 
 def _read_table(folder: Path, name: str, columns: tuple[str, ...]) -> pd.DataFrame:
