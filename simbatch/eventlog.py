@@ -125,18 +125,23 @@ class EventLog:
         self.replica_num_steps[replica] = k + 1
         return k
 
-    def append_steps(self, **columns) -> int:
-        """Append a run of consecutive steps of one replica at once, every column by name as in
-        :meth:`append_step`: a list with one value per step, or one ``int`` or ``float`` for
-        them all (``replica`` is always one); the run's length is ``len(start_s)``. Returns
-        the first's number on the replica."""
-        if columns.keys() != self.steps.keys():
-            raise TypeError(f"append_steps needs the columns {', '.join(self.STEP_COLUMNS)}")
-        k = len(columns["start_s"])
-        for name, column in self.steps.items():
-            v = columns[name]
-            column.extend([v] * k if isinstance(v, (int, float)) else v)
-        replica = columns["replica"]
+    def append_steps(self, *, replica: int, start_s: list, duration_s: list, num_seqs: int, num_slots: int,
+                     prefill_tokens: int, decode_tokens: int, padded_tokens: int, kv_used_blocks: int,
+                     num_waiting: list, useful_flops: list, useful_bytes: list) -> int:
+        """Append a run of ``len(start_s)`` consecutive steps of one replica at once, the columns
+        named as in :meth:`append_step`: those given as lists have one value per step, the
+        others one value for them all. Returns the first's number on the replica."""
+        k, s = len(start_s), self.steps
+        s["replica"].extend([replica] * k)
+        s["start_s"].extend(start_s)
+        s["duration_s"].extend(duration_s)
+        for col, v in (("num_seqs", num_seqs), ("num_slots", num_slots), ("prefill_tokens", prefill_tokens),
+                       ("decode_tokens", decode_tokens), ("padded_tokens", padded_tokens),
+                       ("kv_used_blocks", kv_used_blocks)):
+            s[col].extend([v] * k)
+        s["num_waiting"].extend(num_waiting)
+        s["useful_flops"].extend(useful_flops)
+        s["useful_bytes"].extend(useful_bytes)
         first = self.replica_num_steps[replica]
         self.replica_num_steps[replica] = first + k
         return first
@@ -157,7 +162,8 @@ class EventLog:
     def join(self, request: int, replica: int, step: int) -> None:
         """``request`` emitted a token at the end of ``replica``'s step ``step`` that starts a new
         token run; its open run, if any, leaves first."""
-        self.leave(request)
+        if self.open_first[request] >= 0:
+            self.leave(request)
         self.open_replica[request] = replica
         self.open_first[request] = self.open_last[request] = step
 

@@ -109,10 +109,11 @@ class DecodeGroup:
     def account(self, seq: Sequence, sign: int) -> None:
         """Add (+1) or remove (-1) ``seq``'s share of the running totals; both
         ``num_computed - clock`` and the block phase are invariant while it decodes."""
+        settled = self.settled[seq.id]
         if self.paged:
             slack = seq.num_blocks * self.block_size - seq.num_computed
-            self.need_at[(self.settled[seq.id] + slack) % self.block_size] += sign
-        self.context_base += sign * (seq.num_computed - self.settled[seq.id])
+            self.need_at[(settled + slack) % self.block_size] += sign
+        self.context_base += sign * (seq.num_computed - settled)
 
     def settle(self, seq: Sequence) -> None:
         """Apply the steady steps ``seq`` owes: tokens, blocks, its token run."""
