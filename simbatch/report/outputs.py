@@ -204,16 +204,15 @@ def write_run(out_dir, summary: dict, requests: pd.DataFrame | dict, steps: pd.D
     ``out_dir`` is created if needed and replaced whole (:func:`write_files`).
     Returns the written paths.
     """
-    kind = table_format(format, requests, steps)
-    ext = "csv" if kind == "csv" else "parquet"
+    kind = table_format(format, requests, steps)  # "csv" or "parquet", also the files' extension
 
     def table(data):
         return (lambda p: _write_csv(p, data)) if kind == "csv" else (lambda p: _write_parquet(p, data))
 
     return write_files(Path(out_dir), {
         "summary.json": lambda p: _write_json(p, summary),
-        f"requests.{ext}": table(requests),
-        f"steps.{ext}": table(steps),
+        f"requests.{kind}": table(requests),
+        f"steps.{kind}": table(steps),
         "run.log": lambda p: _write_text(p, log_lines),
         **(extra or {}),
     })
