@@ -216,3 +216,21 @@ def test_a_request_preempted_while_its_step_is_planned_leaves_that_plan(kind, po
     assert int(result.log.num_preemptions.sum()) > 20  # the case arises
     assert planned_queued == []
     assert np.isfinite(result.log.finish_s).all()
+
+
+@pytest.mark.parametrize("kind", ["continuous", "chunked_prefill"])
+def test_priority_victim_is_the_latest_arrival_of_the_least_important_class(kind):
+    # vLLM v1 (vllm/v1/core/sched/scheduler.py, Scheduler.schedule) picks the KV-growth victim
+    # as max(self.running, key=lambda r: (r.priority, r.arrival_time)): a request re-admitted
+    # after a preemption sits last in the running list but keeps its early arrival, so it is
+    # not the victim while a later arrival of its class runs.
+    from simbatch.kvcache import KVCache
+    from simbatch.policies import POLICIES
+    from simbatch.sequence import Sequence
+
+    policy = POLICIES[kind](POLICIES[kind].Params(queue_order="priority"), KVCache(100))
+    late, early_readmitted, important = Sequence(1, 5.0, 10, 10, 1), Sequence(0, 1.0, 10, 10, 1), Sequence(2, 9.0, 10, 10, 0)
+    policy.running.extend([late, important, early_readmitted])  # admission order
+    assert policy.newest_victim(frozenset()) is late
+    assert policy.newest_victim(frozenset()) is early_readmitted  # class 1 before class 0
+    assert policy.newest_victim(frozenset()) is important

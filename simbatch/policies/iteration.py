@@ -164,14 +164,15 @@ class IterationPolicy(Policy):
 
     def preempt_for_priority(self, now: float) -> None:
         """``preempt_lower_priority``: while the queue's head (the most important request)
-        cannot be admitted, preempt the newest running request of the least important
-        class, if that class is less important than the head's (vLLM's priority preemption)."""
+        cannot be admitted, preempt the least important class's latest arrival
+        (:meth:`priority_victim`), if that class is less important than the head's (vLLM's
+        priority preemption)."""
         if not (self.params.preempt_lower_priority and self.waiting and self.running):
             return
         self.order_queue(now)
         head = self.waiting[0]
         while self.running and self.head_blocked():
-            i = max(range(len(self.running)), key=lambda j: (self.running[j].priority, j))
+            i = self.priority_victim(range(len(self.running)))
             if self.running[i].priority <= head.priority:
                 return
             self.preempt(self.running.pop(i))
@@ -214,14 +215,22 @@ class IterationPolicy(Policy):
     def newest_victim(self, protected: frozenset[int]) -> Sequence:
         """Remove and return the running request to preempt when KV runs short: the most
         recently admitted one not in ``protected`` or, under ``queue_order: priority``, the
-        newest of the least important class (as vLLM's priority scheduling does)."""
+        latest arrival of the least important class (vLLM v1's priority scheduling:
+        ``max(self.running, key=lambda r: (r.priority, r.arrival_time))``; a request re-admitted
+        after a preemption is newest by admission but keeps its early arrival)."""
         running = self.running
         candidates = [i for i in range(len(running)) if running[i].id not in protected]
         if not candidates:
             raise RuntimeError("no running request can be preempted")
         if self.params.queue_order == "priority":
-            return running.pop(max(candidates, key=lambda i: (running[i].priority, i)))
+            return running.pop(self.priority_victim(candidates))
         return running.pop(candidates[-1])
+
+    def priority_victim(self, indices) -> int:
+        """The index, among ``indices`` into the running list, of the least important class's
+        latest arrival (admission order breaks exact ties)."""
+        running = self.running
+        return max(indices, key=lambda i: (running[i].priority, running[i].arrival_s, i))
 
     def preempt(self, seq: Sequence) -> None:
         """Recompute preemption: free ``seq``'s KV and put it at the head of the queue
