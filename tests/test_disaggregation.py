@@ -96,7 +96,8 @@ def test_every_request_is_prefilled_once_and_decoded_once_with_exactly_its_outpu
 def test_one_token_requests_finish_on_the_prefill_replica_without_a_transfer():
     requests = [{"prompt": 100, "output": 1, "arrival_s": 0.0}, {"prompt": 100, "output": 5, "arrival_s": 0.0}]
     log = simulate(from_dict(scenario_data(requests))).log
-    assert log.decode_replica.tolist() == [-1, 3]  # round robin: request 1 to decode replica 1 of 2
+    # round robin: request 1 is the first the decode pool routes, so it goes to decode replica 0 of 2
+    assert log.decode_replica.tolist() == [-1, 2]
     assert log.finish_s[0] == log.first_token_s[0] and np.isnan(log.transfer_start_s[0])
     assert log.num_emitted.tolist() == [1, 5] and log.kv_bytes.tolist() == [0, 100 * KV_PER_TOKEN]
 

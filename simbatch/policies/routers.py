@@ -49,22 +49,31 @@ class Router:
 
 
 class RoundRobinRouter(Router):
-    """Request ``i`` goes to replica ``i mod N`` (vLLM production-stack's ``RoundRobinRouter``;
-    Dynamo's ``--router-mode round-robin``).
+    """Each set of candidate replicas takes turns by its own counter, advanced per routed
+    request (vLLM production-stack's ``RoundRobinRouter``: a next index per sorted endpoint set,
+    ``routing_logic.py`` ``route_request``; Dynamo's ``--router-mode round-robin``).
 
-    Turns follow the arrival index, so a rejected request still takes its turn
-    and results equal simbatch's engine before routers existed. When that
-    replica cannot serve the request, the next one (cyclically) that can does.
+    When every replica can serve every request there is one set and request ``k`` routed goes
+    to replica ``k mod N``; a rejected request takes no turn. Replicas that cannot serve a
+    request (their policy's limit, their KV cache) leave the set, which then has a counter of
+    its own, as an endpoint set of different URLs has in production-stack.
     """
 
     name = "round_robin"
 
+    def __init__(self, replicas: list):
+        super().__init__(replicas)
+        self.next_index: dict[tuple[int, ...], int] = {}
+        self.turn = 0  # the full set's counter, kept apart: it is the common case
+
     def pick(self, seq: Sequence, candidates: list, now: float):
-        turn = seq.id % len(self.replicas)
-        if candidates is self.replicas:  # the common case: every replica can serve it
-            return candidates[turn]
-        later = [r for r in candidates if r.index >= turn]
-        return later[0] if later else candidates[0]
+        if candidates is self.replicas or len(candidates) == len(self.replicas):
+            turn, self.turn = self.turn, self.turn + 1
+            return candidates[turn % len(candidates)]
+        key = tuple(r.index for r in candidates)
+        turn = self.next_index.get(key, 0)
+        self.next_index[key] = turn + 1
+        return candidates[turn % len(candidates)]
 
 
 class LeastOutstandingRouter(Router):
