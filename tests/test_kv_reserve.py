@@ -59,3 +59,20 @@ def test_reserve_errors_name_the_field():
                                             "reserve": "max"}})
     with pytest.raises(SimbatchError, match=r"reserving 4096 tokens \(kv_cache.reserve max\)"):
         simulate(small)
+
+
+@pytest.mark.parametrize("kind", ["continuous", "chunked_prefill"])
+def test_a_max_length_cache_keeps_no_watermark(kind):
+    # The watermark keeps room for running requests to grow; under max_length a request reserved
+    # its whole life at admission, so a request that needs every block is admitted (Sarathi-Serve's
+    # OrcaBlockSpaceManager: watermark 0), while a paged cache keeps 1 % of 100 blocks free.
+    from simbatch.kvcache import KVCache
+    from simbatch.policies import POLICIES
+    from simbatch.sequence import Sequence
+
+    cls = POLICIES[kind]
+    for mode, admitted in (("max_length", True), ("paged", False)):
+        policy = cls(cls.Params(max_num_batched_tokens=4096), KVCache(100, 16, mode=mode, max_tokens=4096))
+        # 100 blocks of 16 tokens: prompt + output of 1,600 under max_length, a 1,600-token prompt paged
+        policy.add(Sequence(0, 0.0, 1500 if mode == "max_length" else 1600, 100), 0.0)
+        assert (policy.head_admission(4096) is not None) is admitted, mode

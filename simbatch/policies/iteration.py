@@ -134,7 +134,10 @@ class IterationPolicy(Policy):
         n = self.admission_tokens(seq, match[0], budget)
         if n <= 0:
             return None
-        reserve = int(self.params.watermark * kv.num_blocks)
+        # The watermark keeps room for running requests to grow (vLLM's BlockSpaceManager); a
+        # request under kv_cache.mode max_length reserved its whole life at admission and never
+        # grows, so none is kept (Sarathi-Serve's OrcaBlockSpaceManager: watermark 0).
+        reserve = 0 if kv.mode == "max_length" else int(self.params.watermark * kv.num_blocks)
         if not kv.can_allocate(kv.admission_blocks(seq, n, match), reserve):
             return None
         return n, match
