@@ -32,7 +32,7 @@ loadgen/logging.cc):
 
 Not a test: it prints and asserts nothing. About 100 s on 2 cores (--quick: about 30 s).
 
-    python benchmarks/bench_mlperf.py [--quick] [--no-sensitivity] [--jobs N]
+    python benchmarks/bench_mlperf.py [--quick] [--no-sensitivity] [--jobs N] [--before]
 """
 
 from __future__ import annotations
@@ -103,13 +103,22 @@ def loadgen_percentile(values: np.ndarray, p: float) -> float:
     return float(v[min(len(v) - 1, int(len(v) * p))]) if len(v) else math.nan
 
 
-def simulate(sets: list[str]) -> dict:
-    """Run the scenario with ``sets`` and return the figures the tables need."""
+def simulate(sets: list[str], before: bool = False) -> dict:
+    """Run the scenario with ``sets`` and return the figures the tables need; ``before``: with
+    the roofline's FP8 kept-time term off (``quantized_kept_seconds`` = 0, the linear layers
+    priced as the whole 16-bit term divided by the FP8 rate, as before that mechanism)."""
     from simbatch.api import load_scenario, run
+    from simbatch.costmodel import roofline
 
     t0 = time.perf_counter()
     sc = load_scenario(SCENARIO, sets)
-    out = run(sc)
+    kept = roofline.quantized_kept_seconds
+    if before:  # this process only, restored below (pool workers run other jobs after)
+        roofline.quantized_kept_seconds = lambda *args: 0.0
+    try:
+        out = run(sc)
+    finally:
+        roofline.quantized_kept_seconds = kept
     s, req, steps = out.summary, out.requests, out.steps
     done = req[req["completed"]]
     ttft, tpot = done["ttft_ms"].to_numpy(float), done["tpot_ms"].to_numpy(float)
@@ -150,16 +159,20 @@ def fmt(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:,.1f}" if abs(x) >= 10 else f"{x:.2f}"
 
 
-def table(rows: list[tuple]) -> None:
-    print(f"{'':<66}{'published':>11}{'simulated':>11}{'error':>9}")
-    for label, pub, sim in rows:
-        print(f"{label:<66}{fmt(pub):>11}{fmt(sim):>11}{err(pub, sim):>9}")
+def table(rows: list[tuple], before: list[float] | None = None) -> None:
+    """Published, simulated and error per row; with ``before``, also each row's simulated
+    figure and error without the FP8 kept-time term (``simulate(before=True)``)."""
+    extra = f"{'before':>11}{'error':>9}" if before else ""
+    print(f"{'':<66}{'published':>11}{extra}{'simulated':>11}{'error':>9}")
+    for i, (label, pub, sim) in enumerate(rows):
+        old = f"{fmt(before[i]):>11}{err(pub, before[i]):>9}" if before else ""
+        print(f"{label:<66}{fmt(pub):>11}{old}{fmt(sim):>11}{err(pub, sim):>9}")
 
 
 def step_breakdown(sets: list[str], step: dict, tp: int) -> str:
     """The roofline's split of a typical full-batch Offline step (``step``), for the analysis."""
     from simbatch.api import load_scenario
-    from simbatch.costmodel.roofline import RooflineCostModel
+    from simbatch.costmodel.roofline import RooflineCostModel, quantized_kept_seconds
     from simbatch.plan import StepPlan
 
     sc = load_scenario(SCENARIO, sets)
@@ -172,8 +185,10 @@ def step_breakdown(sets: list[str], step: dict, tp: int) -> str:
                     num_context_tokens=[ctx] * decodes + [0] * prompts, num_decode_slots=decodes)
     cost = cm.step_cost(plan)
     parts = ", ".join(f"{k} {v / cost.seconds * 100:.0f}%" for k, v in cost.breakdown.items() if v > 0)
+    kept = (decodes + prompts * prompt) * quantized_kept_seconds(sc.model, sc.gpu, tp, cm.params)
     return (f"{decodes} decodes over ~{ctx} tokens of context + {prompts} prompts of ~{prompt} tokens: "
-            f"{cost.seconds * 1e3:.0f} ms ({parts})")
+            f"{cost.seconds * 1e3:.0f} ms ({parts}; linear includes {kept * 1e3:.1f} ms of GEMM output "
+            f"writes and elementwise kernels that FP8 does not speed up)")
 
 
 def main() -> int:
@@ -182,6 +197,9 @@ def main() -> int:
                                                           "samples) instead of the published 9 / 12 passes")
     ap.add_argument("--no-sensitivity", action="store_true", help="skip the output-length sensitivity rows")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes (default 2)")
+    ap.add_argument("--before", action="store_true",
+                    help="also run (a)-(c) without the roofline's FP8 kept-time term (docs/cost_models.md, "
+                         "'Quantised weights') and print both errors")
     args = ap.parse_args()
 
     from simbatch.api import load_scenario
@@ -203,8 +221,11 @@ def main() -> int:
 
     t0 = time.perf_counter()
     order = ["h200_offline", "h100_offline", *[k for k in jobs if "offline" not in k]]  # longest first
+    headline = ["h200_offline", "h100_offline", "h100_server"]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = {k: pool.submit(simulate, jobs[k]) for k in order}
+        if args.before:
+            futures.update({"before_" + k: pool.submit(simulate, jobs[k], True) for k in headline})
         sim = {k: f.result() for k, f in futures.items()}
     wall = time.perf_counter() - t0
 
@@ -218,12 +239,15 @@ def main() -> int:
     print(f"Offline samples simulated: H100 {off['h100_offline']:,}, H200 {off['h200_offline']:,} (the published "
           f"runs completed ~{pub['h100_offline']:,.0f} and ~{pub['h200_offline']:,.0f}: samples/s x max latency)\n")
 
-    table([
-        ("(a) Offline, 8x H100-SXM, output tokens/s", P["h100_offline"]["tok_s"], sim["h100_offline"]["tok_s"]),
-        ("(b) Server 75 QPS, 8x H100-SXM, TTFT p99 ms", P["h100_server"]["ttft_p99"], sim["h100_server"]["ttft_p99"]),
-        ("    Server 75 QPS, 8x H100-SXM, TPOT p99 ms", P["h100_server"]["tpot_p99"], sim["h100_server"]["tpot_p99"]),
-        ("(c) Offline, 8x H200, output tokens/s", P["h200_offline"]["tok_s"], sim["h200_offline"]["tok_s"]),
-    ])
+    heads = [("(a) Offline, 8x H100-SXM, output tokens/s", "h100_offline", "tok_s"),
+             ("(b) Server 75 QPS, 8x H100-SXM, TTFT p99 ms", "h100_server", "ttft_p99"),
+             ("    Server 75 QPS, 8x H100-SXM, TPOT p99 ms", "h100_server", "tpot_p99"),
+             ("(c) Offline, 8x H200, output tokens/s", "h200_offline", "tok_s")]
+    if args.before:
+        print("before: without the FP8 kept-time term (the GEMMs' output writes and the elementwise kernels\n"
+              "        divided by the FP8 rate too); simulated: as shipped\n")
+    table([(label, P[key][field], sim[key][field]) for label, key, field in heads],
+          [sim["before_" + key][field] for _, key, field in heads] if args.before else None)
 
     print("\nsupporting figures")
     rows = [

@@ -106,7 +106,9 @@ def test_fp8_weights_halve_the_weight_bytes_and_double_the_rate_where_the_gpu_ha
     h100_bf16 = RooflineCostModel(bf16, "h100-sxm", 4).step_cost(prefill).breakdown["linear"]
     a100 = RooflineCostModel(fp8, "a100-80gb", 4).step_cost(prefill).breakdown["linear"]
     a100_bf16 = RooflineCostModel(bf16, "a100-80gb", 4).step_cost(prefill).breakdown["linear"]
-    assert h100 == pytest.approx(0.5 * h100_bf16, rel=0.01)
+    # Twice the rate for the GEMMs' arithmetic; their output writes and the elementwise kernels
+    # keep their time (roofline.quantized_kept_seconds; tests/test_fp8_gemm.py checks its size)
+    assert 0.52 * h100_bf16 < h100 < 0.6 * h100_bf16
     assert a100 == pytest.approx(a100_bf16, rel=0.01)  # no FP8 tensor cores: dequantised to 16 bits
 
 

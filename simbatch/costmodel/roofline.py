@@ -223,12 +223,15 @@ class RooflineCostModel(PricedByWork):
         self._lin_weight_bytes = float(params * m.weight_bytes_per_param)
         # Activations each GEMM reads and writes, per token (see _activation_elements).
         self._lin_act_tok = float(dt * _activation_elements(m, tp))
-        self._lin_inv_flops = 1.0 / (linear_rate(m, g) * p["compute_eff"])
+        rate = linear_rate(m, g)
+        self._lin_inv_flops = 1.0 / (rate * p["compute_eff"])
         self._inv_bw = 1.0 / (g.hbm_bandwidth * p["bw_eff"])
         self._tile = int(p["gemm_tile_tokens"])
         if _dequantises(m, g):  # weight-only kernels (Marlin) tile tokens by 16, built for small batches
             self._tile = min(self._tile, MARLIN_TILE_TOKENS)
         self._ramp = p["gemm_ramp_tokens"]
+        # What a faster (FP8 / INT8) tensor-core rate does not speed up (0 at the 16-bit rate).
+        self._lin_fixed_tok = quantized_kept_seconds(m, g, tp, p)
         self._moe = m.is_moe
         if self._moe:  # routed experts: priced per step from the experts its tokens touch
             # Tensor parallelism slices every expert over the GPUs; expert parallelism keeps
@@ -333,7 +336,7 @@ class RooflineCostModel(PricedByWork):
         tokens, rows, dec, pre = work
         c = m = 0.0
         if tokens:
-            c += self._gemm_tokens(tokens) * self._lin_flops_tok * self._lin_inv_flops
+            c += self._gemm_tokens(tokens) * self._lin_flops_tok * self._lin_inv_flops + tokens * self._lin_fixed_tok
             m += (self._lin_weight_bytes + tokens * self._lin_act_tok) * self._inv_bw
         if rows:
             c += rows * self._lm_flops_row * self._lm_inv_flops
@@ -352,7 +355,8 @@ class RooflineCostModel(PricedByWork):
         """QKV/O/MLP GEMMs of all layers over ``tokens`` rows."""
         if not tokens:
             return 0.0
-        return max(self._gemm_tokens(tokens) * self._lin_flops_tok * self._lin_inv_flops,
+        return max(self._gemm_tokens(tokens) * self._lin_flops_tok * self._lin_inv_flops
+                   + tokens * self._lin_fixed_tok,
                    (self._lin_weight_bytes + tokens * self._lin_act_tok) * self._inv_bw)
 
     def _gemm_tokens(self, tokens: int) -> float:
@@ -470,6 +474,64 @@ def linear_rate(model: ModelSpec, gpu: GPUSpec) -> float:
     if model.weight_quant == "int8" and gpu.int8_flops:
         return gpu.int8_flops
     return gpu.peak_flops
+
+
+def quantized_kept_seconds(m: ModelSpec, gpu: GPUSpec, tp: int, p: dict) -> float:
+    """Extra compute-side seconds per token of the linear layers when their weights run on
+    tensor cores ``s`` times faster than the 16-bit ones (FP8 or INT8, W8A8): the share of the
+    fitted linear term that such a rate does not speed up. 0 at the 16-bit rate (also for the
+    weight-only int4 / FP8-on-Ampere kernels), so 16-bit prices are unchanged.
+
+    ``compute_eff`` was fitted on 16-bit layers (Vidur's A100 profiles, ``DEFAULT_PARAMS``):
+    the fitted linear term includes work that is not tensor-core arithmetic and is bound by
+    memory instead, and dividing the whole term by ``s`` would shrink that too:
+
+    * **the GEMM epilogues**: each GEMM writes its output rows (16-bit for FP8 inputs too)
+      after its K loop. tile-ai/tilelang's H800-SXM (H100-SXM compute) sweeps of
+      8192 x 8192 x K GEMMs show this part keeping its time when the MMA rate doubles
+      (xwhzz/tilelang at commit b2acfc37, benchmark/matmul/README.md for FP16 and
+      benchmark/matmul_fp8/README.md for FP8): the FP16 times fit ``a K + 41 us``, 41 us
+      being the 8192 x 8192 x 2-byte output written at 3.35 TB/s, and ``a K / 2 + 41 us``
+      predicts the FP8 sweep within 6 % for K = 256..16,384, where halving the whole time
+      is 36 % too fast at K = 256 and 11 % at K = 1,024 (docs/cost_models.md).
+    * **the layer's elementwise kernels** (two RMSNorms, RoPE, the gated activation, the
+      residual adds): 4-9 % of the 16-bit linear time in Vidur's A100 timings (4.5 % for
+      Llama-2-70B), memory-bound, the same for FP8 weights.
+
+    Both are priced as their bytes at ``bw_eff`` (``X`` per token: see
+    :func:`_memory_bound_elements`); of the fitted term ``T16 = G + X`` only ``G`` speeds
+    up, so ``T = T16 / s + X (1 - 1/s)``: the second part is returned. The GEMM ramp and
+    tile padding stay in tokens (the last partial wave of tiles runs at the faster rate too).
+    """
+    speedup = linear_rate(m, gpu) / gpu.peak_flops
+    if speedup == 1.0:
+        return 0.0
+    kept = m.dtype_bytes * _memory_bound_elements(m, tp) / (gpu.hbm_bandwidth * p["bw_eff"])
+    return kept * (1.0 - 1.0 / speedup)
+
+
+def _memory_bound_elements(m: ModelSpec, tp: int) -> int:
+    """16-bit elements per token per GPU, over all layers, of the linear term's memory-bound
+    work: the GEMMs' output rows (QKV, O, gate/up and down; a token's ``k`` routed experts)
+    and the elementwise kernels, ``7 h + 2 (q + kv)`` per layer for the two norms, the
+    residual adds and RoPE plus the gated activation's inputs and output (the counts of
+    ``whatif``'s ``misc_layer``)."""
+    h = m.hidden_size
+    if m.is_mla:
+        q, kv = m.num_heads // tp * m.head_dim, m.kv_lora_rank + m.qk_rope_head_dim
+    else:
+        q, kv = m.q_size // tp, max(1, m.num_kv_heads // tp) * m.head_dim
+
+    def mlp(width: int, part: int) -> int:  # up (and gate) out, down out; activation in and out
+        w = width // part
+        up = (2 if m.gated_mlp else 1) * w
+        return (up + h) + (up + w) if width else 0
+
+    moe = m.num_moe_layers
+    part = 1 if m.expert_parallel else tp
+    attn = (q + 2 * kv + h) + (7 * h + 2 * (q + kv))  # QKV and O outputs; norms, adds, RoPE
+    return (m.num_layers * attn + (m.num_layers - moe) * mlp(m.intermediate_size, tp)
+            + moe * (mlp(m.shared_expert_intermediate_size, tp) + m.experts_per_token * mlp(m.moe_intermediate_size, part)))
 
 
 def _activation_elements(m: ModelSpec, tp: int) -> int:
