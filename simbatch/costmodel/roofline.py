@@ -528,10 +528,13 @@ def _memory_bound_elements(m: ModelSpec, tp: int) -> int:
         return (up + h) + (up + w) if width else 0
 
     moe = m.num_moe_layers
-    part = 1 if m.expert_parallel else tp
+    # Routed experts: sliced over TP, each GPU runs its slice of every token's k experts;
+    # whole under expert parallelism, each GPU runs 1/tp of the token-expert rows (the mean)
+    k = m.experts_per_token
+    routed = k * mlp(m.moe_intermediate_size, 1) // tp if m.expert_parallel else k * mlp(m.moe_intermediate_size, tp)
     attn = (q + 2 * kv + h) + (7 * h + 2 * (q + kv))  # QKV and O outputs; norms, adds, RoPE
     return (m.num_layers * attn + (m.num_layers - moe) * mlp(m.intermediate_size, tp)
-            + moe * (mlp(m.shared_expert_intermediate_size, tp) + m.experts_per_token * mlp(m.moe_intermediate_size, part)))
+            + moe * (mlp(m.shared_expert_intermediate_size, tp) + routed))
 
 
 def _activation_elements(m: ModelSpec, tp: int) -> int:
