@@ -59,8 +59,12 @@ class ModelSpec:
     exponent of the experts' popularity (0: uniform routing; :mod:`simbatch.costmodel.routing`);
     ``expert_parallel`` holds each routed expert whole on one GPU of the tensor-parallel group
     instead of slicing every expert over it, and ``expert_dispatch`` says how the MoE layer
-    communicates then (``allreduce`` or ``all2all``). Those two describe the deployment, not the
-    model: a scenario sets them from ``cluster.expert_parallel`` / ``cluster.expert_dispatch``.
+    communicates then (``allreduce`` or ``all2all``). ``attention_data_parallel`` is the number
+    of data-parallel ranks (a scenario's replicas) whose GPUs together form the expert-parallel
+    group under data-parallel attention (DeepSeek's layout: each rank runs attention and the
+    dense layers on its own requests, the routed experts are spread over all the ranks' GPUs);
+    1 otherwise. Those three describe the deployment, not the model: a scenario sets them from
+    ``cluster.expert_parallel`` / ``cluster.expert_dispatch`` / ``cluster.data_parallel_attention``.
     """
 
     name: str
@@ -89,6 +93,7 @@ class ModelSpec:
     routing_skew: float = 0.0
     expert_parallel: bool = False
     expert_dispatch: str = "allreduce"
+    attention_data_parallel: int = 1
 
     @property
     def is_moe(self) -> bool:
@@ -207,8 +212,14 @@ class ModelSpec:
 
     @property
     def weight_bytes(self) -> float:
-        """Bytes the weights occupy in GPU memory (all GPUs together)."""
-        return self.linear_params * self.weight_bytes_per_param + self._other_params * self.dtype_bytes
+        """Bytes the weights occupy in the GPU memory of one replica (all its GPUs together).
+        Under data-parallel attention a replica is one of ``attention_data_parallel`` ranks
+        that share the routed experts: it holds everything else whole and its share of them."""
+        total = self.linear_params * self.weight_bytes_per_param + self._other_params * self.dtype_bytes
+        if self.attention_data_parallel == 1:
+            return total
+        routed = self.num_moe_layers * self.num_experts * self.expert_params() * self.weight_bytes_per_param
+        return total - routed + routed / self.attention_data_parallel
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -305,7 +316,8 @@ _ZERO_FIELDS = {"num_experts", "experts_per_token", "moe_intermediate_size", "sh
 EXPERT_DISPATCHES = ("allreduce", "all2all")
 _CHOICES = {"weight_quant": WEIGHT_QUANTS, "kv_quant": KV_QUANTS, "expert_dispatch": EXPERT_DISPATCHES}
 # Fields a scenario's cluster section sets (how the experts are laid out over GPUs), not a model entry.
-DEPLOYMENT_FIELDS = {"expert_parallel": "cluster.expert_parallel", "expert_dispatch": "cluster.expert_dispatch"}
+DEPLOYMENT_FIELDS = {"expert_parallel": "cluster.expert_parallel", "expert_dispatch": "cluster.expert_dispatch",
+                     "attention_data_parallel": "cluster.data_parallel_attention"}
 
 
 def get_model(name_or_dict: str | dict | ModelSpec, where: str = "model", *,

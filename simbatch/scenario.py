@@ -95,6 +95,10 @@ class ClusterParams:
     # (docs/cost_models.md, "Expert parallelism"); applied to the model by apply_expert_layout.
     expert_parallel: bool = False
     expert_dispatch: str = "allreduce"
+    # DeepSeek-style data-parallel attention: each replica is a data-parallel rank (attention
+    # and dense layers on its own requests) and the routed experts are spread over all the
+    # replicas' GPUs, with all-to-all dispatch (docs/cost_models.md, "Data-parallel attention").
+    data_parallel_attention: bool = False
 
     def __post_init__(self):
         require(self.replicas >= 1, "replicas", "must be >= 1")
@@ -131,7 +135,7 @@ def parse_cluster(values, where: str) -> ClusterParams:
     if "groups" in values:  # filled from a replicas list, never written by hand
         raise SimbatchError(f"{where}.groups", "unknown field; allowed: replicas, tensor_parallel, router, routers, "
                                                "pipeline_parallel, micro_batches, pipeline_schedule, pipeline_link, "
-                                               "expert_parallel, expert_dispatch")
+                                               "expert_parallel, expert_dispatch, data_parallel_attention")
     spec = values.get("replicas")
     if not isinstance(spec, list):
         return parse_params(ClusterParams, values, where)
@@ -341,7 +345,8 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
     if not isinstance(data["policy"], dict):
         raise SimbatchError(f"{source}: policy", "must be a mapping with a kind, e.g. {kind: continuous}")
     check_name(data, source)
-    policy = parse_policy_spec(data["policy"], source)
+    model = get_model(data["model"], f"{source}: model", base_dir=base_dir)  # config: paths are relative
+    policy = parse_policy_spec(data["policy"], source, max_context=model.max_context)
     policies = data.get("policies") or {}
     if not isinstance(policies, dict):
         raise SimbatchError(f"{source}: policies", f"expected a mapping of policy kind to its knobs, e.g. "
@@ -353,7 +358,6 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
     seed = data.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise SimbatchError(f"{source}: seed", f"expected a non-negative integer, got {seed!r}")
-    model = get_model(data["model"], f"{source}: model", base_dir=base_dir)  # config: paths are relative
     model = apply_quantization(model, data.get("quantization"), f"{source}: quantization")
     gpu = get_gpu(data["hardware"], f"{source}: hardware")
     # checked against the policy it will drive
@@ -362,9 +366,10 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
     cluster = parse_cluster(data.get("cluster"), f"{source}: cluster")
     group_policies = tuple(
         policy if group.policy is None else
-        parse_policy_spec(group.policy_spec(data["policy"]), source, f"cluster.replicas[{i}].policy")
+        parse_policy_spec(group.policy_spec(data["policy"]), source, f"cluster.replicas[{i}].policy",
+                          model.max_context)
         for i, group in enumerate(cluster.groups))
-    disaggregation = parse_disaggregation(data.get("disaggregation"), data["policy"], source)
+    disaggregation = parse_disaggregation(data.get("disaggregation"), data["policy"], source, model.max_context)
     model = apply_expert_layout(model, cluster, disaggregation, source)
     speculative, drafter = _speculative(data, model, (policy, *group_policies), disaggregation, cluster, source,
                                        base_dir)
@@ -392,7 +397,12 @@ def apply_expert_layout(model: ModelSpec, cluster: ClusterParams, disaggregation
     if not cluster.expert_parallel:
         if cluster.expert_dispatch != "allreduce":
             raise SimbatchError(f"{source}: cluster.expert_dispatch", "applies with cluster.expert_parallel: true")
+        if cluster.data_parallel_attention:
+            raise SimbatchError(f"{source}: cluster.data_parallel_attention", "applies with cluster.expert_parallel: "
+                                                                              "true (the experts span the ranks)")
         return model
+    if cluster.data_parallel_attention:
+        return _data_parallel_attention(model, cluster, disaggregation, source)
     if not model.is_moe:
         raise SimbatchError(where, f"applies to a mixture of experts; {model.name} is dense")
     degrees = {"cluster.tensor_parallel": cluster.tensor_parallel}
@@ -406,6 +416,29 @@ def apply_expert_layout(model: ModelSpec, cluster: ClusterParams, disaggregation
             raise SimbatchError(where, f"{field_name} {tp} does not split {model.name}'s {model.num_experts} "
                                        f"experts evenly over its GPUs")
     return replace(model, expert_parallel=True, expert_dispatch=cluster.expert_dispatch)
+
+
+def _data_parallel_attention(model: ModelSpec, cluster: ClusterParams, disaggregation, source: str) -> ModelSpec:
+    """``model`` laid out for data-parallel attention: the cluster's replicas are the ranks,
+    all alike (one TP degree, one stage, no disaggregated pools), and their GPUs together hold
+    the routed experts, dispatched by all-to-all (vLLM uses its all-to-all kernels whenever
+    data parallelism and expert parallelism are both on)."""
+    where = f"{source}: cluster.data_parallel_attention"
+    if not model.is_moe:
+        raise SimbatchError(where, f"applies to a mixture of experts; {model.name} is dense")
+    if cluster.is_grouped or (disaggregation is not None and disaggregation.enabled):
+        raise SimbatchError(where, "needs one kind of replica (the data-parallel ranks): no replica groups "
+                                   "or disaggregated pools")
+    if cluster.pipeline_parallel > 1:
+        raise SimbatchError(where, "is not modelled with pipeline_parallel > 1")
+    if cluster.expert_dispatch != "all2all":
+        raise SimbatchError(f"{source}: cluster.expert_dispatch", "data-parallel attention dispatches tokens to "
+                                                                  "the experts by all-to-all: set all2all")
+    gpus = cluster.replicas * cluster.tensor_parallel
+    if model.num_experts % gpus:
+        raise SimbatchError(where, f"{cluster.replicas} replicas x tensor_parallel {cluster.tensor_parallel} = {gpus} "
+                                   f"GPUs do not split {model.name}'s {model.num_experts} experts evenly")
+    return replace(model, expert_parallel=True, expert_dispatch="all2all", attention_data_parallel=cluster.replicas)
 
 
 def _speculative(data: dict, model: ModelSpec, policies, disaggregation, cluster, source: str, base_dir):

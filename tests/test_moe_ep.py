@@ -195,9 +195,10 @@ def test_cli_bad_expert_parallel_is_one_line_exit_2(capsys, tmp_path):
 
 def test_shipped_scenario_compares_tp_and_ep():
     sc = load_scenario(ROOT / "scenarios" / "moe_ep_deepseek.yaml")
-    assert sc.variants == ["tp", "ep", "ep_all2all", "tp_skewed", "ep_skewed"]
+    assert sc.variants == ["tp", "ep", "ep_all2all", "tp_skewed", "ep_skewed", "dp_attention"]
     models = {v: sc.with_variant(v).model for v in sc.variants}
-    assert [models[v].expert_parallel for v in sc.variants] == [False, True, True, False, True]
+    assert [models[v].expert_parallel for v in sc.variants] == [False, True, True, False, True, True]
+    assert [models[v].attention_data_parallel for v in sc.variants] == [1, 1, 1, 1, 1, 8]
     assert models["ep_all2all"].expert_dispatch == "all2all" and models["ep_skewed"].routing_skew == 1.0
     cm = RooflineCostModel(models["ep"], sc.gpu, sc.cluster.tensor_parallel)
     assert cm.describe()["expert_parallel"] == 8

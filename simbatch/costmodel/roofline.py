@@ -208,6 +208,8 @@ class RooflineCostModel(PricedByWork):
         m, moe = self.model, {}
         if m.expert_parallel:
             moe = {"expert_parallel": self.expert_parallel, "expert_dispatch": m.expert_dispatch}
+            if m.attention_data_parallel > 1:
+                moe["attention_data_parallel"] = m.attention_data_parallel
         if m.routing_skew:
             moe["routing_skew"] = m.routing_skew
         return {"kind": "roofline", "source": "analytic", "model": self.model.name,
@@ -233,6 +235,9 @@ class RooflineCostModel(PricedByWork):
         # What a faster (FP8 / INT8) tensor-core rate does not speed up (0 at the 16-bit rate).
         self._lin_fixed_tok = quantized_kept_seconds(m, g, tp, p)
         self._moe = m.is_moe
+        # Data-parallel attention: this replica is one of `dp` ranks whose GPUs share the routed
+        # experts; priced with the other ranks as loaded as this one (docs/cost_models.md).
+        self._dp = m.attention_data_parallel
         if self._moe:  # routed experts: priced per step from the experts its tokens touch
             # Tensor parallelism slices every expert over the GPUs; expert parallelism keeps
             # each whole on one GPU (E / ep of them a GPU).
@@ -272,16 +277,17 @@ class RooflineCostModel(PricedByWork):
         # Two ring all-reduces per layer (after O and after down) of T x hidden; with all2all
         # dispatch the MoE layers' second one is replaced by a dispatch and a combine
         # (see _all_to_all_seconds).
-        self._a2a = self._moe and m.expert_parallel and m.expert_dispatch == "all2all" and tp > 1
+        ep = self.expert_parallel
+        self._a2a = self._moe and m.expert_parallel and m.expert_dispatch == "all2all" and ep > 1
+        link = g.link_bandwidth * p["allreduce_eff"]
         if tp > 1:
-            link = g.link_bandwidth * p["allreduce_eff"]
             reduces = 2 * L - (m.num_moe_layers if self._a2a else 0)
             self._ar_tok = reduces * 2 * (tp - 1) / tp * h * dt / link
             self._ar_fixed = reduces * g.link_latency_s
-            # all-to-all: the bytes of one row a GPU receives from the others, over its link
-            self._a2a_row = (tp - 1) / tp * h * dt / link
         else:
             self._ar_tok = self._ar_fixed = 0.0
+        # all-to-all: the bytes of one row a GPU receives from the other GPUs of the EP group
+        self._a2a_row = (ep - 1) / ep * h * dt / link if ep > 1 else 0.0
 
     def price(self, work: StepWork, kept: StepWork, live: int) -> StepCost:
         """The step's cost from its summed work (:func:`plan_work`); ``live``: non-padding slots."""
@@ -383,7 +389,7 @@ class RooflineCostModel(PricedByWork):
         """
         if not tokens:
             return 0.0, 0.0
-        rows, touched = self._load.busiest(tokens)
+        rows, touched = self._load.busiest(tokens * self._dp)  # the EP group's tokens
         padded = touched * math.ceil(rows / touched / MOE_BLOCK_ROWS) * MOE_BLOCK_ROWS
         compute = (padded + self._ramp) * self._expert_flops_row * self._lin_inv_flops
         memory = (touched * self._expert_bytes + rows * self._expert_act_row) * self._inv_bw
@@ -404,16 +410,16 @@ class RooflineCostModel(PricedByWork):
         """
         if not tokens:
             return 0.0
-        rows = self._load.busiest(tokens)[0]
+        rows = self._load.busiest(tokens * self._dp)[0]
         return 2 * self.model.num_moe_layers * (rows * self._a2a_row + self.gpu.link_latency_s)
 
     def _expert_mean_bytes(self, tokens: int) -> float:
         """HBM bytes the routed experts read per GPU, averaged over the GPUs (MBU counts)."""
         if self.expert_parallel == 1:
             return self._expert_bounds(tokens)[1] / self._inv_bw
-        load = self._load
-        return (load.distinct(tokens) * self._expert_bytes
-                + tokens * load.k * self._expert_act_row) / self.expert_parallel
+        load, group = self._load, tokens * self._dp
+        return (load.distinct(group) * self._expert_bytes
+                + group * load.k * self._expert_act_row) / self.expert_parallel
 
     def attn_seconds(self, sums: AttnWork, decode: bool = False) -> float:
         """One attention kernel over its slots' summed work (``decode``: one query per slot,
@@ -440,7 +446,8 @@ class RooflineCostModel(PricedByWork):
         if tokens:
             nbytes += self._lin_weight_bytes + tokens * self._lin_act_tok
             if self._moe:  # per GPU: the routed work shared by the expert-parallel GPUs
-                flops += tokens * self.model.experts_per_token * self._expert_flops_row / self.expert_parallel
+                flops += (tokens * self._dp * self.model.experts_per_token * self._expert_flops_row
+                          / self.expert_parallel)
                 nbytes += self._expert_mean_bytes(tokens)
         if rows:
             nbytes += self._lm_weight_bytes + rows * self._lm_act_row
@@ -649,16 +656,21 @@ def check_tensor_parallel(tp, model: ModelSpec, where: str) -> int:
 
 def check_expert_parallel(model: ModelSpec, tp: int, where: str) -> int:
     """GPUs the routed experts are spread over: ``tp`` under expert parallelism (vLLM's
-    ``--enable-expert-parallel`` without data parallelism: the EP group is the TP group), else
-    1 (every GPU holds a slice of every expert). The experts must split evenly."""
+    ``--enable-expert-parallel`` without data parallelism: the EP group is the TP group),
+    ``tp x attention_data_parallel`` under data-parallel attention (vLLM's ``ep_size = dp x
+    tp``), else 1 (every GPU holds a slice of every expert). The experts must split evenly."""
     if not model.expert_parallel:
         return 1
     if not model.is_moe:
         raise SimbatchError(where, f"applies to a mixture of experts; {model.name} is dense")
-    if model.num_experts % tp:
-        raise SimbatchError(where, f"tensor_parallel {tp} does not split {model.name}'s {model.num_experts} "
-                                   f"experts evenly over its GPUs")
-    return tp
+    ep = tp * model.attention_data_parallel
+    if model.num_experts % ep:
+        raise SimbatchError(where, f"{ep} GPUs (tensor_parallel {tp} x {model.attention_data_parallel} data-parallel "
+                                   f"ranks) do not split {model.name}'s {model.num_experts} experts evenly"
+                            if model.attention_data_parallel > 1 else
+                            f"tensor_parallel {tp} does not split {model.name}'s {model.num_experts} "
+                            f"experts evenly over its GPUs")
+    return ep
 
 
 def check_params(params: dict, where: str) -> dict[str, float]:
