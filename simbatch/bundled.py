@@ -15,10 +15,30 @@ SOURCE_SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"  # the sour
 
 
 def bundled_dir() -> Path | None:
-    """Where this installation's bundled scenarios are (None: neither place has them)."""
-    for folder in (PACKAGED_SCENARIOS, SOURCE_SCENARIOS):
-        if (folder / "classroom.yaml").is_file():
-            return folder
+    """Where this installation's bundled scenarios are (None: nowhere).
+
+    The wheel's copy comes last: a clone of the repository at or above the working
+    directory (``pip install .`` then commands run in the clone, as the README does) reads
+    its own ``scenarios/``, because the trace scenarios' paths (``../../shared/traces``)
+    point beside the clone, not beside the installed package.
+    """
+    if (SOURCE_SCENARIOS / "classroom.yaml").is_file():
+        return SOURCE_SCENARIOS  # a checkout imported in place (editable install)
+    try:
+        clone = checkout_scenarios(Path.cwd())
+    except OSError:  # the working directory was removed
+        clone = None
+    if clone is not None:
+        return clone
+    return PACKAGED_SCENARIOS if (PACKAGED_SCENARIOS / "classroom.yaml").is_file() else None
+
+
+def checkout_scenarios(start: Path) -> Path | None:
+    """The ``scenarios/`` folder of the simbatch checkout at or above ``start``, if any
+    (a checkout: ``scenarios/classroom.yaml`` beside the ``simbatch`` package's source)."""
+    for folder in (start, *start.parents):
+        if (folder / "scenarios" / "classroom.yaml").is_file() and (folder / "simbatch" / "bundled.py").is_file():
+            return folder / "scenarios"
     return None
 
 

@@ -9,30 +9,21 @@ source tree nor an editable install can supply the scenarios.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from wheelkit import ROOT, build_wheel, copy_checkout
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
     pytest.importorskip("setuptools", reason="building the wheel needs setuptools")
     tmp = tmp_path_factory.mktemp("wheel")
-    # Built from a copy: setuptools leaves build/ and *.egg-info beside the sources.
-    src = shutil.copytree(ROOT, tmp / "src", ignore=shutil.ignore_patterns(
-        ".git", "runs", "out", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis"))
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                            "-w", str(tmp / "dist"), str(src)], capture_output=True, text=True)
-    assert build.returncode == 0, build.stderr[-2000:]
-    wheel = next((tmp / "dist").glob("simbatch-*.whl"))
     site = tmp / "site"
-    with zipfile.ZipFile(wheel) as z:
+    with zipfile.ZipFile(build_wheel(tmp)) as z:
         z.extractall(site)  # a wheel is installed by unpacking it (PEP 427)
     return site
 
@@ -57,3 +48,19 @@ def test_bundled_names_resolve_after_a_plain_install(installed, tmp_path):
                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(installed)},
                            capture_output=True, text=True)
     assert where.stdout.strip() == str(installed / "simbatch" / "scenarios")
+
+
+def test_a_clone_reads_its_own_scenarios(installed, tmp_path):
+    """After ``pip install .`` in a clone, names resolve to the clone's scenarios/ (whose
+    trace scenarios point at ``../shared`` beside the clone, as the wheel's copy cannot)."""
+    clone = copy_checkout(tmp_path / "clone")
+    (clone / "runs").mkdir()
+    for cwd, expected in ((clone / "runs", clone / "scenarios"), (tmp_path, installed / "simbatch" / "scenarios")):
+        where = subprocess.run([sys.executable, "-c", "import simbatch.bundled as b; print(b.bundled_dir())"],
+                               cwd=cwd, env={**os.environ, "PYTHONPATH": str(installed)},
+                               capture_output=True, text=True)
+        assert where.stdout.strip() == str(expected), where.stderr
+    scenario = subprocess.run([sys.executable, "-c", "from simbatch.bundled import resolve_scenario_path as r; "
+                               "print(r('prefix_cache'))"], cwd=clone, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(installed)})
+    assert scenario.stdout.strip() == str(clone / "scenarios" / "prefix_cache.yaml"), scenario.stderr
