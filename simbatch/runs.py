@@ -13,6 +13,7 @@ from simbatch.engine.simulation import RunResult, simulate
 from simbatch.metrics import replica_summaries, request_columns, step_columns, summarize
 from simbatch.metrics.columns import Columns, names, to_frame
 from simbatch.metrics.disaggregation import disaggregation_summary
+from simbatch.metrics.requests import token_runs
 from simbatch.quantization import describe as quantization_formats
 from simbatch.scenario import Scenario
 from simbatch.speculative import describe as describe_speculative
@@ -168,10 +169,13 @@ def run(scenario: Scenario) -> RunOutput:
     """Simulate ``scenario`` and compute its metrics."""
     result = simulate(scenario)
     tp = scenario.cluster.tensor_parallel * scenario.cluster.pipeline_parallel  # GPUs per replica
-    requests, steps = request_columns(result.log, result.workload), step_columns(result.log)
+    steps = step_columns(result.log)
+    runs = token_runs(result.log, steps)  # placed on the steps once, for the requests and the ITL pool
+    requests = request_columns(result.log, result.workload, runs=runs)
     summary = summarize(result.log, result.workload, slo=scenario.slo.as_dict() or None,
                         peak_flops=result.peak_flops, peak_bandwidth=result.peak_bandwidth,
-                        gpus_per_replica=tp, requests=requests, steps=steps)
+                        gpus_per_replica=tp, requests=requests, steps=steps, runs=runs)
+    del runs
     summary.update(describe_run(result))
     summary["replicas"] = replica_summaries(requests, steps, summary["duration_s"], result.replica_info(),
                                             result.peak_flops, result.peak_bandwidth)

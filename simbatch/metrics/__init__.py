@@ -7,7 +7,8 @@ Tables are computed as named numpy columns (:func:`request_columns`, :func:`step
 from simbatch.metrics.compare import comparison_table
 from simbatch.metrics.replicas import replica_summaries
 from simbatch.metrics.requests import request_columns, request_table
-from simbatch.metrics.summary import SUMMARY_KEYS, latency_stats, step_columns, steps_table, summarize
+from simbatch.metrics.steps import step_columns, steps_table
+from simbatch.metrics.summary import SUMMARY_KEYS, latency_stats, summarize
 
 __all__ = ["SUMMARY_KEYS", "comparison_table", "latency_stats", "replica_summaries", "request_columns",
            "request_table", "step_columns", "steps_table", "summarize"]

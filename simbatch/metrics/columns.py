@@ -34,6 +34,24 @@ def take_rows(table, rows: np.ndarray) -> Columns:
     return {name: column(table, name)[rows] for name in names(table)}
 
 
+class RowsView(Mapping):
+    """The ``rows`` of ``table``, each column taken only when read (what :func:`take_rows`
+    gives, without copying the columns nobody reads: one replica's share of a
+    million-request run's 3.9 million steps is 18 columns, of which its metrics read 4)."""
+
+    def __init__(self, table, rows: np.ndarray):
+        self._table, self._rows = table, rows
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return column(self._table, name)[self._rows]
+
+    def __iter__(self):
+        return iter(names(self._table))
+
+    def __len__(self) -> int:
+        return len(names(self._table))
+
+
 def names(table) -> list[str]:
     """Column names of ``table`` in order."""
     return list(table) if isinstance(table, Mapping) else [str(c) for c in table.columns]
@@ -42,9 +60,43 @@ def names(table) -> list[str]:
 def group_rows(values: np.ndarray) -> dict[int, np.ndarray]:
     """Row indices of each distinct value of ``values``, ascending (``groupby(...).indices``)."""
     values = np.asarray(values)
+    if _small_counts(values):  # replica numbers: counted, not sorted twice
+        order, counts = group_order(values)
+        keys = np.flatnonzero(counts)
+        return dict(zip(keys.tolist(), np.split(order, np.cumsum(counts[keys])[:-1])))
     order = np.argsort(values, kind="stable")
     keys, starts = np.unique(values[order], return_index=True)
     return dict(zip(keys.tolist(), np.split(order, starts[1:])))
+
+
+# Keys below this are sorted by numpy's radix sort (an 8- or 16-bit copy, sorted stably).
+_RADIX_KEYS = 1 << 16
+
+
+def _small_counts(values: np.ndarray) -> bool:
+    """Whether ``values`` are integers in ``[0, 2**16)`` (replica numbers), so :func:`group_order`
+    takes them."""
+    if values.dtype.kind not in "iu" or values.ndim != 1:
+        return False
+    return values.size == 0 or (int(values.min()) >= 0 and int(values.max()) < _RADIX_KEYS)
+
+
+def group_order(values: np.ndarray, size: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``(np.argsort(values, kind="stable"), np.bincount(values, minlength=size))`` of
+    non-negative integers (replica numbers), the order in linear time.
+
+    The same permutation as that stable argsort (a stable sort's result is unique),
+    found by numpy's radix sort on a uint8 / uint16 copy of the keys when they fit
+    (a third to half the time of sorting int64 keys on 3.9 million steps)."""
+    values = np.asarray(values)
+    counts = np.bincount(values.astype(np.intp, copy=False), minlength=size)
+    if counts.size <= 1 << 8:
+        keys = values.astype(np.uint8)
+    elif counts.size <= _RADIX_KEYS:
+        keys = values.astype(np.uint16)
+    else:
+        keys = values
+    return np.argsort(keys, kind="stable"), counts
 
 
 def to_frame(table: Columns):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simbatch.metrics.columns import column, group_rows, num_rows, take_rows
+from simbatch.metrics.columns import RowsView, column, group_rows, num_rows
 from simbatch.metrics.summary import _num, _ratio, _total
 
 
@@ -72,8 +72,9 @@ def replica_summaries(requests, steps, duration: float | None, info: list[dict],
     empty = np.zeros(0, dtype=np.int64)
     out = []
     for r, what in enumerate(info):
-        req = take_rows(requests, by_replica_req.get(r, empty))
-        st = take_rows(steps, by_replica_steps.get(r, empty))
+        # Views: a replica's metrics read a few of its rows' columns, taken when read.
+        req = RowsView(requests, by_replica_req.get(r, empty))
+        st = RowsView(steps, by_replica_steps.get(r, empty))
         row = replica_row(req, st, duration, what.get("kv_blocks") or 0,
                           _per_gpu(peak_flops, r), _per_gpu(peak_bandwidth, r))
         out.append({**what, **row})

@@ -15,7 +15,8 @@ import numpy as np
 
 from simbatch.errors import fail
 from simbatch.eventlog import EventLog
-from simbatch.metrics.columns import Columns, to_frame
+from simbatch.metrics.columns import Columns, column, to_frame
+from simbatch.metrics.steps import step_columns
 from simbatch.workload.request import Workload
 
 REQUEST_COLUMNS = (
@@ -45,7 +46,8 @@ class TokenRuns:
     Run ``j`` emitted a token at ``ends[first_pos[j]]`` and at every decode
     step (``is_decode``) after it up to ``ends[last_pos[j]]``; ``t_first`` /
     ``t_last`` are its first and last token times, ``num_tokens`` its count.
-    ``decoded[p]`` counts the decode steps at flat positions ``<= p``.
+    ``decoded[p]`` counts the decode steps at flat positions ``<= p``;
+    ``is_decode[p]`` says whether the step at ``p`` is one.
     """
 
     request: np.ndarray
@@ -55,24 +57,33 @@ class TokenRuns:
     t_last: np.ndarray
     ends: np.ndarray
     decoded: np.ndarray
+    is_decode: np.ndarray
 
     @property
     def num_tokens(self) -> np.ndarray:
         return 1 + self.decoded[self.last_pos] - self.decoded[self.first_pos]
 
 
-def token_runs(log: EventLog) -> TokenRuns:
-    """Token runs as arrays, with each run's step numbers mapped to times (vectorised)."""
-    table = log.step_table()
-    replica = np.asarray(table["replica"], dtype=np.int64)
-    ends = np.asarray(table["start_s"], dtype=np.float64) + np.asarray(table["duration_s"], dtype=np.float64)
-    # Sorting steps by replica (stably, so each replica keeps its step order)
-    # turns "(replica, step number)" into the flat position offset[replica] + step.
-    order = np.argsort(replica, kind="stable")
+def token_runs(log: EventLog, steps=None) -> TokenRuns:
+    """Token runs as arrays, with each run's step numbers mapped to times (vectorised).
+
+    ``steps``: the log's :func:`~simbatch.metrics.summary.step_columns` (or their DataFrame)
+    when the caller has them; they are built otherwise. Their ``step`` and ``end_s`` columns
+    place every step without sorting."""
+    if steps is None:
+        steps = step_columns(log)
+    replica = column(steps, "replica", np.int64)
+    # The steps laid out replica by replica (each in its step order): "(replica, step number)"
+    # is the flat position offset[replica] + step.
     counts = np.bincount(replica, minlength=log.num_replicas)
     offsets = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
-    ends = ends[order]
-    decoded = np.cumsum(np.asarray(table["decode_tokens"])[order] > 0)
+    flat = offsets[replica] + column(steps, "step", np.int64)
+    ends = np.empty(replica.size, dtype=np.float64)
+    ends[flat] = column(steps, "end_s", np.float64)
+    is_decode = np.empty(replica.size, dtype=bool)
+    is_decode[flat] = column(steps, "decode_tokens") > 0
+    del flat
+    decoded = np.cumsum(is_decode)
     req = np.asarray(log.run_request, dtype=np.int64)
     rep = np.asarray(log.run_replica, dtype=np.int64)
     first = np.asarray(log.run_first, dtype=np.int64)
@@ -83,7 +94,7 @@ def token_runs(log: EventLog) -> TokenRuns:
     if np.any((first < 0) | (last < first) | (last >= counts[rep])):
         raise ValueError("event log: a token run lies outside its replica's recorded steps")
     first_pos, last_pos = offsets[rep] + first, offsets[rep] + last
-    return TokenRuns(req, first_pos, last_pos, ends[first_pos], ends[last_pos], ends, decoded)
+    return TokenRuns(req, first_pos, last_pos, ends[first_pos], ends[last_pos], ends, decoded, is_decode)
 
 
 def token_extent(runs: TokenRuns, num_requests: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -111,26 +122,38 @@ def itl_pool(runs: TokenRuns, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     """
     sel = keep[runs.request]
     first, last, decoded = runs.first_pos[sel], runs.last_pos[sel], runs.decoded
-    dec_pos = np.flatnonzero(np.diff(decoded, prepend=0) > 0)  # flat positions of decode steps
+    dec_pos = np.flatnonzero(runs.is_decode)  # flat positions of decode steps
     long = last > first
     # In decode-step index space a run covers gaps decoded[first] .. decoded[last] - 2.
     start_idx, stop_idx = decoded[first[long]], decoded[last[long]] - 1
     m = dec_pos.size
-    delta = np.zeros(m + 1, dtype=np.int64)
-    np.add.at(delta, start_idx, 1)
-    np.add.at(delta, stop_idx, -1)
-    cover = np.cumsum(delta)[: max(m - 1, 0)]
-    step_gaps = np.diff(runs.ends[dec_pos])
+    stop_idx[stop_idx < 0] += m + 1  # as an index -1 is the last slot (m), past every gap
+    # How many runs cover each gap: +1 where a run starts covering, -1 where it stops, summed up.
+    cover = np.bincount(start_idx, minlength=m + 1)
+    cover -= np.bincount(stop_idx, minlength=m + 1)
+    cover = np.cumsum(cover, out=cover)[: max(m - 1, 0)]
     used = cover > 0
+    step_gaps = np.diff(runs.ends[dec_pos])[used]
     first_gaps = runs.ends[dec_pos[start_idx]] - runs.ends[first[long]]
-    req, t_first, t_last = runs.request[sel], runs.t_first[sel], runs.t_last[sel]
+    del dec_pos, start_idx, stop_idx, first, last, long
+    breaks = _preemption_breaks(runs, sel)
+    values = np.concatenate((step_gaps, first_gaps, breaks))
+    counts = np.concatenate((cover[used], np.ones(first_gaps.size + breaks.size, dtype=np.int64)))
+    return values, counts
+
+
+def _preemption_breaks(runs: TokenRuns, sel: np.ndarray) -> np.ndarray:
+    """The gaps between consecutive runs of one request (in request, then time order), over the
+    runs ``sel`` selects. Only requests with two runs or more have any, so only their runs are
+    sorted: filtering keeps the relative order of a stable sort, so the gaps and their order
+    are those of sorting every run."""
+    req = runs.request[sel]
+    multi = np.bincount(req)[req] > 1
+    req, t_first, t_last = req[multi], runs.t_first[sel][multi], runs.t_last[sel][multi]
     order = np.lexsort((t_first, req))
     req, t_first, t_last = req[order], t_first[order], t_last[order]
     same = req[1:] == req[:-1]
-    breaks = (t_first[1:] - t_last[:-1])[same]
-    values = np.concatenate((step_gaps[used], first_gaps, breaks))
-    counts = np.concatenate((cover[used], np.ones(first_gaps.size + breaks.size, dtype=np.int64)))
-    return values, counts
+    return (t_first[1:] - t_last[:-1])[same]
 
 
 def _check_sizes(log: EventLog, workload: Workload) -> None:
@@ -143,14 +166,15 @@ def request_table(log: EventLog, workload: Workload):
     return to_frame(request_columns(log, workload))
 
 
-def request_columns(log: EventLog, workload: Workload) -> Columns:
+def request_columns(log: EventLog, workload: Workload, *, runs: TokenRuns | None = None) -> Columns:
     """One row per request in id order: timestamps, token counts and latencies (ms), as
     named numpy columns (:data:`REQUEST_COLUMNS`, then a disaggregated run's
     :data:`DISAGGREGATION_COLUMNS`).
 
     A latency is NaN when a timestamp it needs is missing (never scheduled,
     no token yet, unfinished); ``tpot_ms`` and ``itl_mean_ms`` need at least
-    two output tokens. Summaries keep only ``completed`` rows.
+    two output tokens. Summaries keep only ``completed`` rows. ``runs``: the log's
+    :func:`token_runs` when the caller has them (built otherwise).
     """
     _check_sizes(log, workload)
     n = log.num_requests
@@ -160,7 +184,7 @@ def request_columns(log: EventLog, workload: Workload) -> Columns:
     with np.errstate(invalid="ignore", divide="ignore"):
         # TPOT as vLLM: (E2EL - TTFT) / (output tokens - 1), only for > 1 token.
         tpot = np.where(emitted > 1, (finish - first_tok) / (emitted - 1), np.nan)
-        n_tok, t_first, t_last = token_extent(token_runs(log), n)
+        n_tok, t_first, t_last = token_extent(token_runs(log) if runs is None else runs, n)
         # The mean of consecutive gaps telescopes to (last - first) / (n - 1).
         itl_mean = np.where(n_tok > 1, (t_last - t_first) / (n_tok - 1), np.nan)
     cols = {

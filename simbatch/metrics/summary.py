@@ -13,8 +13,9 @@ import numpy as np
 
 from simbatch.errors import fail
 from simbatch.eventlog import EventLog
-from simbatch.metrics.columns import Columns, column, num_rows, to_frame
-from simbatch.metrics.requests import itl_pool, request_columns, token_runs
+from simbatch.metrics.columns import column, num_rows
+from simbatch.metrics.requests import TokenRuns, itl_pool, request_columns, token_runs
+from simbatch.metrics.steps import step_columns
 from simbatch.prefix_cache import prefix_cache_summary
 from simbatch.workload.request import Workload
 
@@ -81,12 +82,16 @@ def weighted_latency_stats(values, counts) -> dict:
     v = np.asarray(values, dtype=np.float64)
     c = np.asarray(counts, dtype=np.int64)
     keep = (c > 0) & ~np.isnan(v)
-    v, c = v[keep], c[keep]
+    if not keep.all():  # (a million requests' pool is 4 million values: no copy when nothing drops)
+        v, c = v[keep], c[keep]
+    del keep
     if v.size == 0:
         return _stats(None, None, None, None)
     order = np.argsort(v, kind="stable")
     v, c = v[order], c[order]
-    cum = np.cumsum(c)
+    del order
+    mean = float(np.dot(v, c))  # before the counts become their running sum, in place
+    cum = np.cumsum(c, out=c)
     n = int(cum[-1])
 
     def kth(k: int) -> float:
@@ -99,36 +104,23 @@ def weighted_latency_stats(values, counts) -> dict:
         a, b, t = kth(lo), kth(min(lo + 1, n - 1)), h - lo
         # numpy's lerp form, so results agree with np.percentile to the last bit or two.
         pcts.append(a + (b - a) * t if t < 0.5 else b - (b - a) * (1 - t))
-    return _stats(float(np.dot(v, c)) / n, *pcts)
+    return _stats(mean / n, *pcts)
 
 
-def steps_table(log: EventLog):
-    """The per-step table as a pandas DataFrame: :func:`step_columns`."""
-    return to_frame(step_columns(log))
-
-
-def step_columns(log: EventLog) -> Columns:
-    """The per-step columns in recording order, plus ``step`` (number on its replica) and ``end_s``."""
-    t = log.step_table()
-    # The log's own read-only views, not copies: a million-request run logs millions of steps.
-    cols = {c: np.asarray(t[c]) for c in log.STEP_COLUMNS}
-    replica = cols["replica"].astype(np.int64)
-    cols["replica"] = replica
-    # Step number on its replica = rank among that replica's steps in recording order.
-    order = np.argsort(replica, kind="stable")
-    counts = np.bincount(replica, minlength=log.num_replicas)
-    starts = np.repeat(np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
-    step = np.empty(replica.size, dtype=np.int64)
-    step[order] = np.arange(replica.size) - starts
-    cols["step"] = step
-    cols["end_s"] = cols["start_s"].astype(np.float64) + cols["duration_s"].astype(np.float64)
-    names = ["replica", "step", "start_s", "end_s"] + [c for c in log.STEP_COLUMNS if c not in ("replica", "start_s")]
-    return {name: cols[name] for name in names}
+def _itl_stats(runs: TokenRuns, done: np.ndarray) -> dict:
+    """:func:`weighted_latency_stats` of the ITL pool of the ``done`` requests, in ms."""
+    gaps, counts = itl_pool(runs, done)
+    gaps *= 1e3  # in place: the same values as ``gaps * 1e3``, without a second pool
+    return weighted_latency_stats(gaps, counts)
 
 
 def _total(table, name: str) -> float:
     """Sum of a column, NaN skipped (as pandas' ``Series.sum``)."""
-    return float(np.nansum(column(table, name)))
+    values = column(table, name)
+    if values.dtype.kind == "f" and np.isnan(values).any():
+        return float(np.nansum(values))
+    # Without a NaN, nansum sums a copy of the same values: the same sum, without the copy.
+    return float(np.sum(values))
 
 
 def slo_attaining(req, slo: dict) -> int:
@@ -191,26 +183,28 @@ def _step_metrics(log: EventLog, steps, duration: float, peak_flops: float,
 
 
 def summarize(log: EventLog, workload: Workload, *, slo: dict | None = None, peak_flops,
-              peak_bandwidth, gpus_per_replica: int = 1, requests=None, steps=None) -> dict:
+              peak_bandwidth, gpus_per_replica: int = 1, requests=None, steps=None,
+              runs: TokenRuns | None = None) -> dict:
     """The run's summary dict, keys exactly :data:`SUMMARY_KEYS` in that order (see docs/metrics.md).
 
     ``peak_flops`` and ``peak_bandwidth`` are per GPU: one number, or a list with
     each replica's when the cluster mixes GPUs. ``requests`` / ``steps``: the
     run's :func:`~simbatch.metrics.requests.request_columns` / :func:`step_columns` (or
     the DataFrames of :func:`request_table` / :func:`steps_table`) when the caller has
-    them already (a million-request run would otherwise build each twice).
+    them already (a million-request run would otherwise build each twice), and ``runs``
+    the log's :func:`~simbatch.metrics.requests.token_runs` likewise.
     """
     if not (np.all(np.asarray(peak_flops) > 0) and np.all(np.asarray(peak_bandwidth) > 0)
             and gpus_per_replica >= 1):
         fail("summarize", "peak_flops and peak_bandwidth must be > 0 and gpus_per_replica >= 1")
-    req = request_columns(log, workload) if requests is None else requests
     steps = step_columns(log) if steps is None else steps
+    runs = token_runs(log, steps) if runs is None else runs
+    req = request_columns(log, workload, runs=runs) if requests is None else requests
     done = column(req, "completed", bool)
     duration = _duration(log, steps)
     out_tokens = float(column(req, "num_output_tokens")[done].sum())
     in_tokens = float(column(req, "prompt_tokens")[done].sum())
     attaining = slo_attaining(req, slo) if slo else None
-    gaps, counts = itl_pool(token_runs(log), done)
     s = {
         "num_requests": int(log.num_requests),
         "completed": int(done.sum()),
@@ -225,7 +219,7 @@ def summarize(log: EventLog, workload: Workload, *, slo: dict | None = None, pea
     }
     for key in LATENCY_KEYS:
         if key == "itl_ms":
-            s[key] = weighted_latency_stats(gaps * 1e3, counts)
+            s[key] = _itl_stats(runs, done)
         else:
             s[key] = latency_stats(column(req, key)[done])
     s["prefix_cache"] = prefix_cache_summary(getattr(log, "prefix_cache", None), workload.prompt_tokens)
