@@ -69,7 +69,8 @@ def compare_variants(scenario: Scenario, policies: list[str] | None, routers: li
 
 def compare(scenario: Scenario, policies: list[str] | None = None, jobs: int | None = None,
             routers: list[str] | None = None, layouts: list[str] | None = None,
-            variants: list[str] | None = None) -> tuple[dict[str, RunOutput], pd.DataFrame]:
+            variants: list[str] | None = None,
+            on_done=None) -> tuple[dict[str, RunOutput], pd.DataFrame]:
     """Run the same workload under each policy (or router, layout, named variant); return the
     runs and one comparison table.
 
@@ -80,12 +81,13 @@ def compare(scenario: Scenario, policies: list[str] | None = None, jobs: int | N
     and named variants (``variants`` or the scenario's ``variants:``) are
     compared as :func:`compare_variants` says. Runs fan out over ``jobs``
     processes (default: one per core); a run is a function of its scenario and
-    seed, so the results do not depend on ``jobs``.
+    seed, so the results do not depend on ``jobs``. ``on_done(i, run)`` is called as each
+    run finishes (a progress bar: ``simbatch compare``).
     """
     rows = compare_variants(scenario, policies, routers, layouts, variants)
     executor = ProcessExecutor(min(len(rows), jobs or os.cpu_count() or 1))
     try:
-        outs = executor.map(partial(run_variant, scenario), list(rows.values()))
+        outs = executor.map(partial(run_variant, scenario), list(rows.values()), on_done)
     finally:
         executor.close()
     runs = dict(zip(rows, outs))

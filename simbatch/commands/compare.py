@@ -30,7 +30,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> None:
-    from simbatch.api import compare, write_compare
+    from simbatch.api import compare, compare_variants, write_compare
     from simbatch.policies.routers import check_router
     from simbatch.policies import policy_class
     from simbatch.report import format_comparison
@@ -61,7 +61,13 @@ def run(args) -> None:
 
             raise SimbatchError("--variants", f"no variant {name!r} in the scenario; defined: "
                                               f"{', '.join(scenario.variants) or 'none'}")
-    runs, table = compare(scenario, kinds, jobs=args.jobs, routers=routers, layouts=layouts, variants=named)
+    bar = _bar(len(compare_variants(scenario, kinds, routers, layouts, named)))
+    try:
+        runs, table = compare(scenario, kinds, jobs=args.jobs, routers=routers, layouts=layouts, variants=named,
+                              on_done=bar and (lambda i, run: bar.update()))
+    finally:
+        if bar:
+            bar.close()
     for kind, r in runs.items():
         print_notes(r.messages, f"note [{kind}]")
     first = next(iter(runs.values())).summary
@@ -82,6 +88,16 @@ def run(args) -> None:
         for kind, r in runs.items():
             write_trace(r, args.out / kind / "trace.json")
         print(f"wrote {args.out}/<policy>/trace.json for each policy")
+
+
+def _bar(total: int):
+    """A live progress bar (runs done of ``total``, elapsed, ETA) on a terminal, else None:
+    a comparison of long runs (the whole Azure trace, four policies) otherwise sits silent."""
+    import sys
+
+    from simbatch.sweep.progress import Progress
+
+    return Progress(total) if sys.stderr.isatty() and total > 1 else None
 
 
 def check_layouts(layouts: list[str], scenario) -> None:
