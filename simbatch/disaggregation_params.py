@@ -143,9 +143,10 @@ class DisaggregationParams:
         return spec
 
 
-def parse_disaggregation(values, base_policy: dict, source: str) -> DisaggregationParams | None:
+def parse_disaggregation(values, base_policy: dict, source: str,
+                         max_context: int | None = None) -> DisaggregationParams | None:
     """Check scenario file ``source``'s ``disaggregation:`` section (None when absent); errors
-    name the file and the field."""
+    name the file and the field. ``max_context``: the model's window, for policy defaults."""
     where = f"{source}: disaggregation"
     if values is None:
         return None
@@ -174,18 +175,19 @@ def parse_disaggregation(values, base_policy: dict, source: str) -> Disaggregati
     params = DisaggregationParams(params.enabled, params.router, params.layouts, pools["prefill"],
                                   pools["decode"], link, transfer)
     if params.enabled:
-        params = replace(params, policies=pool_policies(params, base_policy, source))
+        params = replace(params, policies=pool_policies(params, base_policy, source, max_context))
     return params
 
 
-def pool_policies(params: DisaggregationParams, base_policy: dict, source: str) -> dict[str, PolicySpec]:
+def pool_policies(params: DisaggregationParams, base_policy: dict, source: str,
+                  max_context: int | None = None) -> dict[str, PolicySpec]:
     """Each pool's policy, parsed and checked to be iteration-level; errors name the pool's
     policy, or the scenario's ``policy`` when the pool inherits it."""
     out = {}
     for name in POOLS:
         own = params.pool(name).policy is not None
         at = f"disaggregation.{name}.policy" if own else "policy"
-        out[name] = parse_policy_spec(params.policy_spec(name, base_policy), source, at)
+        out[name] = parse_policy_spec(params.policy_spec(name, base_policy), source, at, max_context)
         if out[name].kind not in POOL_POLICIES:
             raise SimbatchError(f"{source}: {at}.kind", f"a disaggregated {name} pool runs "
                                                         f"{' or '.join(POOL_POLICIES)}, not {out[name].kind!r}")

@@ -295,3 +295,34 @@ def test_continuous_max_paddings_counts_padding_in_the_budget():
     sim = simulate_policy("continuous", {"max_num_batched_tokens": 800, "max_paddings": 256},
                           [(0, 300, 3), (0, 200, 3), (0, 300, 3)])
     assert prefill_steps(sim)[0] == ({0, 1}, 100)
+
+
+# --- continuous's default budget -----------------------------------------------
+
+@pytest.mark.parametrize("model, budget", [("llama-2-7b", 4096), ("opt-13b", 2048), ("llama-3.1-8b", 131072),
+                                           ("tiny", 2048)])
+def test_continuous_default_budget_is_the_models_window_and_at_least_2048(model, budget):
+    # vLLM V0 without chunked prefill: max(max_model_len, 2048) (v0.2.3 vllm/config.py,
+    # SchedulerConfig.__init__); an explicit budget stays, in groups and disaggregated pools too.
+    from simbatch.scenario import from_dict
+
+    base = {"workload": {"requests": [{"prompt": 10, "output": 2}]}, "model": model, "hardware": "a100-80gb"}
+    sc = from_dict({**base, "policy": {"kind": "continuous"}})
+    assert sc.policy.params.max_num_batched_tokens == budget
+    assert from_dict({**base, "policy": {"kind": "continuous", "max_num_batched_tokens": 999}}
+                     ).policy.params.max_num_batched_tokens == 999
+    pools = from_dict({**base, "policy": {"kind": "continuous"},
+                       "disaggregation": {"prefill": {"replicas": 1}, "decode": {"replicas": 1},
+                                          "link": "nvlink"}}).disaggregation
+    assert {p.params.max_num_batched_tokens for p in pools.policies.values()} == {budget}
+    groups = from_dict({**base, "policy": {"kind": "chunked_prefill"},
+                        "cluster": {"replicas": [{"count": 1, "policy": {"kind": "continuous"}}]}}).group_policies
+    assert groups[0].params.max_num_batched_tokens == budget
+
+
+def test_a_continuous_policy_built_without_a_scenario_takes_its_caches_window():
+    from simbatch.kvcache import KVCache
+    from simbatch.policies.continuous import ContinuousParams, ContinuousPolicy
+
+    assert ContinuousPolicy(ContinuousParams(), KVCache(100, max_tokens=4096)).params.max_num_batched_tokens == 4096
+    assert ContinuousPolicy(ContinuousParams(), KVCache(100)).params.max_num_batched_tokens == 2048

@@ -45,9 +45,14 @@ class PolicySpec:
         return self.cls.kind
 
 
-def parse_policy_spec(spec: dict, source: str, field_path: str = "policy") -> PolicySpec:
-    """:func:`parse_policy` on the mapping at ``field_path`` of scenario file ``source``."""
+def parse_policy_spec(spec: dict, source: str, field_path: str = "policy",
+                      max_context: int | None = None) -> PolicySpec:
+    """:func:`parse_policy` on the mapping at ``field_path`` of scenario file ``source``; with
+    the model's context window ``max_context``, parameters whose defaults depend on the model
+    (a ``for_model(max_context)`` method, e.g. ``continuous``'s step budget) are resolved."""
     cls, params = parse_policy(spec, f"{source}: {field_path}")
+    if max_context is not None and hasattr(params, "for_model"):
+        params = params.for_model(max_context)
     return PolicySpec(cls, params, field_path)
 
 

@@ -15,12 +15,14 @@ preemption are the ``queue_order`` knobs (:mod:`simbatch.policies.queue_order`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simbatch.params import require
 from simbatch.plan import StepPlan
 from simbatch.policies.iteration import IterationParams, IterationPolicy
 from simbatch.sequence import RUNNING, Sequence
+
+DEFAULT_MIN_BUDGET = 2048  # vLLM V0: "If max_model_len is too short, use 2048 as the default value"
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,10 @@ class ContinuousParams(IterationParams):
     """vLLM's knob names; ``watermark`` is the fraction of KV kept free when admitting."""
 
     max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
+    # None: vLLM V0's default without chunked prefill, the model's context window and at least
+    # 2,048 (v0.2.3 vllm/config.py SchedulerConfig.__init__: max(max_model_len, 2048)), set by
+    # for_model when the scenario's model is known.
+    max_num_batched_tokens: int | None = None
     watermark: float = 0.01
     mix_prefill_decode: bool = False
     # vLLM v0.2.x padded the prompts of a prefill step to the longest (2-D input tensors) and
@@ -37,12 +42,20 @@ class ContinuousParams(IterationParams):
 
     def __post_init__(self):
         require(self.max_num_seqs >= 1, "max_num_seqs", "must be >= 1")
-        require(self.max_num_batched_tokens >= 1, "max_num_batched_tokens", "must be >= 1")
+        require(self.max_num_batched_tokens is None or self.max_num_batched_tokens >= 1, "max_num_batched_tokens",
+                "must be >= 1")
         require(0 <= self.watermark < 1, "watermark", "must be in [0, 1)")
         require(self.max_paddings is None or self.max_paddings >= 0, "max_paddings", "must be >= 0")
         require(self.max_paddings is None or not self.mix_prefill_decode, "max_paddings",
                 "pads prompt-only steps (vLLM v0.2); it cannot be combined with mix_prefill_decode")
         self.check_shared()
+
+    def for_model(self, max_context: int) -> "ContinuousParams":
+        """These parameters with the step budget resolved for a model whose context window is
+        ``max_context`` tokens (an explicit budget stays)."""
+        if self.max_num_batched_tokens is not None:
+            return self
+        return replace(self, max_num_batched_tokens=max(int(max_context), DEFAULT_MIN_BUDGET))
 
 
 class ContinuousPolicy(IterationPolicy):
@@ -52,6 +65,10 @@ class ContinuousPolicy(IterationPolicy):
     Params = ContinuousParams
     # steady_decode (IterationPolicy's) asks head_admission, which admit_prefills uses too
     fast_path = True
+
+    def __init__(self, params, kv, note=lambda m: None):
+        # A policy built outside a scenario (no model named) takes its KV cache's window.
+        super().__init__(params.for_model(kv.max_tokens or DEFAULT_MIN_BUDGET), kv, note)
 
     def max_request_tokens(self) -> int | None:
         # A whole prompt (plus generated tokens, after a recompute) must fit in one
