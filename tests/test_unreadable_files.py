@@ -79,6 +79,13 @@ def profile_files(name: str):
     return make
 
 
+def policy_file(folder: Path) -> tuple[list[str], Path]:
+    path = folder / "mine.py"
+    path.write_text("from simbatch.policies.continuous import ContinuousPolicy\n\n\n"
+                    "class Mine(ContinuousPolicy):\n    kind = 'mine_unreadable'\n")
+    return ["run", "classroom", "--policy-file", str(path)], path
+
+
 def run_folder(name: str):
     """``simbatch report`` on a run folder, with ``name`` (summary.json, requests.csv) the target."""
     def make(folder: Path) -> tuple[list[str], Path]:
@@ -90,7 +97,7 @@ def run_folder(name: str):
 FILES = {"run's summary": run_folder("summary.json"), "run's table": run_folder("requests.csv"),
          "scenario file": scenario_file, "trace file": trace_scenario, "empirical trace": empirical_scenario,
          "config.json": hf_config, "log file": measured_log, "profile header": profile_files("profile.yaml"),
-         "profile's measurements": profile_files("measurements.csv")}
+         "profile's measurements": profile_files("measurements.csv"), "policy file": policy_file}
 WHAT = {"empirical trace": "trace file"}  # the loader names the file by what it is read as
 
 

@@ -21,6 +21,7 @@ from simbatch.policies.chunked_prefill import ChunkedPrefillPolicy
 from simbatch.policies.continuous import ContinuousPolicy
 from simbatch.policies.dynamic import DynamicPolicy
 from simbatch.policies.static import StaticPolicy
+from simbatch.textfile import read_text
 
 BUILTIN = (StaticPolicy, DynamicPolicy, ContinuousPolicy, ChunkedPrefillPolicy)
 BUILTIN_KINDS = tuple(cls.kind for cls in BUILTIN)
@@ -64,10 +65,9 @@ def load_policy_file(path: str | Path) -> list[type[Policy]]:
     """Import the Python file ``path`` and register each policy class it defines; returns them.
     Any failure is a one-line :class:`SimbatchError` naming the file (and line)."""
     path = Path(path)
-    if not path.exists():
-        raise SimbatchError(str(path), "policy file not found")
-    if not path.is_file():
-        raise SimbatchError(str(path), "policy file is not a regular file")
+    # The one loader of user files says why a file cannot be read (missing, a folder, permission
+    # denied, not UTF-8) in the words every other input uses; the import below reads it again.
+    read_text(path, "policy file")
     key = str(path.resolve())
     if key in _LOADED:
         return _LOADED[key]
