@@ -502,8 +502,9 @@ def quantized_kept_seconds(m: ModelSpec, gpu: GPUSpec, tp: int, p: dict) -> floa
       predicts the FP8 sweep within 6 % for K = 256..16,384, where halving the whole time
       is 36 % too fast at K = 256 and 11 % at K = 1,024 (docs/cost_models.md).
     * **the layer's elementwise kernels** (two RMSNorms, RoPE, the gated activation, the
-      residual adds): 4-9 % of the 16-bit linear time in Vidur's A100 timings (4.5 % for
-      Llama-2-70B), memory-bound, the same for FP8 weights.
+      residual adds): memory-bound, the same for FP8 weights. In Vidur's A100 timings they
+      take 4-9 % of a layer at TP1 (Llama-2-70B: 4.3 %, growing to 13.3 % at TP8, since
+      every GPU normalises the whole hidden state).
 
     Both are priced as their bytes at ``bw_eff`` (``X`` per token: see
     :func:`_memory_bound_elements`); of the fitted term ``T16 = G + X`` only ``G`` speeds
