@@ -50,7 +50,7 @@ def test_a_rank_holds_the_dense_weights_whole_and_an_eighth_of_the_experts():
     dp = replace(DEEPSEEK, expert_parallel=True, expert_dispatch="all2all", attention_data_parallel=8)
     routed = DEEPSEEK.num_moe_layers * DEEPSEEK.num_experts * DEEPSEEK.expert_params() * DEEPSEEK.weight_bytes_per_param
     assert dp.weight_bytes == pytest.approx(DEEPSEEK.weight_bytes - routed * 7 / 8, rel=1e-12)
-    assert DEEPSEEK.weight_bytes / 8 < dp.weight_bytes < DEEPSEEK.weight_bytes / 4  # ~94 GiB against 84 under TP8
+    assert DEEPSEEK.weight_bytes / 8 < dp.weight_bytes < DEEPSEEK.weight_bytes / 4  # 93.8 GiB against 78.3 under TP8
 
 
 def test_latent_kv_is_no_longer_replicated_so_the_node_holds_more_tokens():
