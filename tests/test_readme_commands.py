@@ -309,7 +309,10 @@ class Reader:
 
     def folder(self, block: Block) -> Path:
         """The block's working folder: the clone or the scratch folder."""
-        clone = in_a_clone(block)
+        return self.place(in_a_clone(block))
+
+    def place(self, clone: bool) -> Path:
+        """The clone (made on first use, ``../shared`` beside it) or the scratch folder."""
         if clone not in self.places:
             if clone:
                 self.places[clone] = copy_checkout(self.tmp / "clone" / "simbatch")
@@ -438,3 +441,20 @@ def test_what_is_not_run_is_an_install_the_suite_or_a_script_of_the_checkout():
             if why == "not a simbatch command":
                 words = shlex.split(text)
                 assert words[0] == "python" and (ROOT / words[1]).is_file(), f"{block.where}: `{text}`"
+
+
+def readme_python() -> list[tuple[str, str]]:
+    """(file:line, code) of README.md's fenced ``python`` blocks (the "From Python" API tour)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return [(f"README.md:{text.count(chr(10), 0, m.start()) + 1}", m.group(1))
+            for m in re.finditer(r"^```python\n(.*?)^```", text, re.S | re.M)]
+
+
+@pytest.mark.parametrize("where,code", readme_python(), ids=[w for w, _ in readme_python()])
+def test_readme_python_runs_from_the_install(reader, where, code):
+    """The README's Python runs in the venv, in the clone when it names ``scenarios/`` (as
+    ``load_scenario("scenarios/classroom.yaml")`` does), else in the scratch folder."""
+    cwd = reader.place(clone="scenarios/" in code)
+    ran = subprocess.run([str(reader.bindir / "python"), "-c", code], cwd=cwd, env=reader.env,
+                         capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, f"{where} in {cwd}\n{ran.stderr[-3000:]}"
