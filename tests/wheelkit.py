@@ -54,5 +54,9 @@ def make_venv(where: Path, wheel: Path) -> Path:
         Path(site, "zz_outer_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
                               "--no-index", str(wheel)], capture_output=True, text=True)
+    if install.returncode != 0 and "--python" in install.stderr:  # pip < 22.3: the venv's own pip
+        subprocess.run([str(python), "-m", "ensurepip", "-q"], capture_output=True, check=True)
+        install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+                                 capture_output=True, text=True)
     assert install.returncode == 0, install.stderr[-2000:]
     return bindir
