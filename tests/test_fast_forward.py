@@ -149,3 +149,48 @@ def test_chunked_prefill_under_load_runs_mostly_mixed_steps():
     assert mixed > steps / 4  # the workload does exercise mixed steps
     assert calls["chunks"] >= 0.9 * mixed
     assert calls["schedule"] < steps / 4
+
+
+def test_mixed_steps_run_back_to_back_with_the_decode_group_joined_in_place():
+    # One call of mixed_run takes many mixed steps (the engine loop is not re-entered between
+    # them), and the requests whose prefill a step completes join the decode group there
+    # (join_decoding on the step's chunks), so adopt_decoding seldom scans the running list;
+    # the results are the step-by-step engine's (the grid above checks every feature).
+    import simbatch.engine.replica as replica_module
+    from simbatch.engine import fast_forward
+    from simbatch.engine.decode_group import DecodeGroup
+
+    sc = scenario(3, "chunked_prefill", "paged", 0.9, 20.0, 1)
+    runs, joins, scans = [], [], []
+    original_run, original_join, original_adopt = (fast_forward.mixed_run, DecodeGroup.join_decoding,
+                                                    DecodeGroup.adopt_decoding)
+
+    def counted_run(replica):
+        n = yield from original_run(replica)
+        runs.append(n)
+        return n
+
+    def counted_join(self, seqs, prev_decode):
+        before = len(self.members)
+        ok = original_join(self, seqs, prev_decode)
+        joins.append(len(self.members) - before)
+        return ok
+
+    def counted_adopt(self, running, num_prefilling, prev_decode):
+        scans.append(len(running) != len(self.members) + num_prefilling)  # it will scan them
+        return original_adopt(self, running, num_prefilling, prev_decode)
+
+    replica_module.mixed_run, DecodeGroup.join_decoding = counted_run, counted_join
+    DecodeGroup.adopt_decoding = counted_adopt
+    try:
+        fast = simulate(sc)
+    finally:
+        replica_module.mixed_run, DecodeGroup.join_decoding = original_run, original_join
+        DecodeGroup.adopt_decoding = original_adopt
+    ran = [n for n in runs if n]
+    assert sum(ran) > 100 and sum(ran) / len(ran) > 3  # several mixed steps per call
+    assert sum(joins) > 20  # prefills completed inside runs joined the group there
+    assert sum(scans) < sum(ran) / 10  # adopt_decoding seldom scans
+    steps = len(fast.log.step_table()["start_s"])
+    assert steps == len(simulate(sc, fast_forward=False).log.step_table()["start_s"])
+    assert fast_path_difference(sc) is None

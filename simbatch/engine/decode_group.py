@@ -80,13 +80,19 @@ class DecodeGroup:
         members become every running request that decodes. False if one cannot join."""
         if len(running) == len(self.members) + num_prefilling:
             return True
+        return self.join_decoding(running, prev_decode) and len(running) == len(self.members) + num_prefilling
+
+    def join_decoding(self, seqs: list[Sequence], prev_decode: int) -> bool:
+        """Join, in order, those of ``seqs`` that decode and are not members yet; False (and
+        stop) at one that cannot join. The fast path's mixed steps pass the requests whose
+        prefill a step completed: the only ones :meth:`adopt_decoding` would find next."""
         members = self.members
-        for seq in running:
+        for seq in seqs:
             if seq.id not in members and seq.num_generated and seq.num_tokens - seq.num_computed == 1:
                 if not self.can_join(seq, prev_decode):
                     return False
                 self.join(seq)
-        return len(running) == len(members) + num_prefilling
+        return True
 
     def can_join(self, seq: Sequence, prev_decode: int) -> bool:
         """``seq`` decodes next step with room to grow block by block, and its token run is live."""

@@ -208,40 +208,63 @@ def decode_run(replica):
     return done
 
 
-def mixed_step(replica):
-    """One step of chunked prefill with its decodes run lazily by the decode group: the policy
-    plans only the chunks. Returns 1 if it ran the step, 0 to leave it to the normal path."""
+def mixed_run(replica):
+    """Steps of chunked prefill back to back, each its running decodes (run lazily by the
+    decode group) plus the chunks the policy plans for what they leave of the budget
+    (``schedule_chunks``); returns how many it ran (0: leave the step to the normal path).
+
+    It stops where the engine loop would do something else before the next step: a
+    controller is due, the transfer inbox has work, the policy promises a steady decode run
+    (:func:`decode_run` takes it), or the next step's decodes cannot all run as the decode
+    group runs them (one does not decode, they do not fit the budget, blocks run short: the
+    normal path decides whom to preempt). Between two steps it asks exactly what the loop
+    asks, in the same order, so the steps are the step-by-step engine's; what it saves is
+    the loop's round trip and the per-step sub-process.
+    """
     env, policy, log, group = replica.env, replica.policy, replica.log, replica.group
-    kv, budget = policy.kv, policy.params.budget
     mixed_cost = getattr(replica.backend, "mixed_cost", None)
-    if mixed_cost is None or not group.adopt_decoding(policy.running, len(policy.prefilling),
-                                                      replica.prev_decode):
+    if mixed_cost is None:
         return 0
-    n = len(group.members)
-    need = group.need()
-    # The normal path's decodes: all of them, within the budget, without preempting anyone.
-    if n == 0 or n > budget or need > kv.num_free:
-        return 0
-    kv.take(need)
-    start, context = env.now, group.context()
-    chunks = policy.schedule_chunks(budget - n, group.members)
-    waiting = policy.num_waiting
-    chunk_new = [k for _, k in chunks]
-    cost = mixed_cost(n, context, chunk_new, [s.num_computed for s, _ in chunks], replica.streams)
-    yield env.timeout(cost.seconds)
-    num = n + len(chunks)
-    step = log.append_step(replica=replica.index, start_s=start, duration_s=cost.seconds, num_seqs=num,
-                           num_slots=num, prefill_tokens=sum(chunk_new), decode_tokens=n, padded_tokens=0,
+    # Knobs change only at a controller's boundary, where this run stops: read them once.
+    kv, budget, streams, index = policy.kv, policy.params.budget, replica.streams, replica.index
+    append_step, timeout, apply_chunks = log.append_step, env.timeout, replica.apply_chunks
+    schedule_chunks, on_step_done, inbox = policy.schedule_chunks, policy.on_step_done, replica.inbox
+    done = 0
+    while group.adopt_decoding(policy.running, len(policy.prefilling), replica.prev_decode):
+        members = group.members  # adopt_decoding may have rebuilt the group
+        n = len(members)
+        need = group.need()
+        # The normal path's decodes: all of them, within the budget, without preempting anyone.
+        if n == 0 or n > budget or need > kv.num_free:
+            break
+        if need:
+            kv.take(need)
+        start, context = env.now, group.context()
+        chunks = schedule_chunks(budget - n, members)
+        waiting = policy.num_waiting
+        chunk_new = [k for _, k in chunks]
+        cost = mixed_cost(n, context, chunk_new, [s.num_computed for s, _ in chunks], streams)
+        yield timeout(cost.seconds)
+        num = n + len(chunks)
+        step = append_step(replica=index, start_s=start, duration_s=cost.seconds, num_seqs=num, num_slots=num,
+                           prefill_tokens=sum(chunk_new), decode_tokens=n, padded_tokens=0,
                            kv_used_blocks=kv.num_used, num_waiting=waiting, useful_flops=cost.useful_flops,
                            useful_bytes=cost.useful_bytes)
-    end = env.now
-    finished = replica.apply_chunks(chunks, step, start, end)
-    group.clock += 1
-    group.last_step = replica.prev_decode = step
-    if group.next_finish() == group.clock:
-        finished += emit_last_tokens(replica, step, end)
-    policy.on_step_done(None, finished, end)
-    return 1
+        end = env.now
+        finished = apply_chunks(chunks, step, start, end)
+        group.clock += 1
+        group.last_step = replica.prev_decode = step
+        if group.next_finish() == group.clock:
+            finished += emit_last_tokens(replica, step, end)
+        on_step_done(None, finished, end)
+        # The requests whose prefill this step completed decode next: join them now (in running
+        # order, as adopt_decoding's scan of the running list would) rather than by that scan.
+        group.join_decoding([s for s, _ in chunks], step)
+        done += 1
+        # What Replica.run asks before its next step, in its order.
+        if end >= replica.control_at or (inbox is not None and inbox.ready(replica)) or policy.steady_decode():
+            break
+    return done
 
 
 def finish(replica, step: int) -> None:

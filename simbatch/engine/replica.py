@@ -15,7 +15,7 @@ import simpy
 from simbatch.control import control_tick
 from simbatch.costmodel.base import CostModel
 from simbatch.engine.decode_group import DecodeGroup
-from simbatch.engine.fast_forward import mixed_step, steady_run
+from simbatch.engine.fast_forward import mixed_run, steady_run
 from simbatch.eventlog import EventLog
 from simbatch.plan import StepPlan
 from simbatch.policies.base import Policy
@@ -89,7 +89,7 @@ class Replica:
                 if policy.steady_decode():
                     if (yield from steady_run(self)):
                         continue
-                elif policy.mixes_chunks and (yield from mixed_step(self)):
+                elif policy.mixes_chunks and (yield from mixed_run(self)):
                     continue
             if self.group.members and policy.next_plan_reads_running():
                 self.group.sync_all()

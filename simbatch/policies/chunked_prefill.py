@@ -141,11 +141,15 @@ class ChunkedPrefillPolicy(IterationPolicy):
             self.rescan = False
             self.prefilling = [s for s in self.running if not s.is_decoding]
         else:
-            self.prefilling = [s for s in self.prefilling if s.status == RUNNING and not s.is_decoding]
+            # (not s.is_decoding, inlined: this runs every step)
+            self.prefilling = [s for s in self.prefilling
+                               if s.status == RUNNING and not (s.num_generated and s.num_tokens - s.num_computed == 1)]
 
     def steady_decode(self) -> bool:
-        # ... and only while every decode fits in the step's token budget.
-        return len(self.running) <= self.params.budget and super().steady_decode()
+        # ... and only while every decode fits in the step's token budget. A request mid-prefill
+        # (all_decoding, the base's last check) is asked first: it settles the answer without
+        # the queue head's dry run, and under load nearly every step has one.
+        return not self.prefilling and len(self.running) <= self.params.budget and super().steady_decode()
 
     def prefill_room(self) -> int:
         # What is left of the budget after every running decode's token (and drafts).
@@ -160,6 +164,7 @@ class ChunkedPrefillPolicy(IterationPolicy):
         """Running requests ``seqs`` of one kind (decoding or mid-prefill), oldest first, within ``budget``."""
         taken = []
         block_size = self.kv.block_size
+        cap = self.params.chunk_cap
         for seq in seqs:
             if budget <= 0:
                 break
@@ -168,7 +173,7 @@ class ChunkedPrefillPolicy(IterationPolicy):
             if decoding:  # its last token, and under speculative decoding its drafts (within budget)
                 n = 1 if not self.spec_tokens else min(self.decode_tokens(seq), budget)
             else:
-                n = min(seq.num_remaining, self.params.chunk_cap, budget)
+                n = min(seq.num_tokens - seq.num_computed, cap, budget)  # seq.num_remaining, inlined
             # Only call into the allocator when the tokens overflow the blocks held.
             if seq.num_computed + n > seq.num_blocks * block_size:
                 before = self.num_preempted
