@@ -152,6 +152,34 @@ def test_a_finished_row_of_a_padded_batch_reads_its_own_cache():
     assert b.pool.length(0) == 11 and b.pool.length(1) == 27  # and writes nothing there
 
 
+def test_a_padded_batch_attends_over_its_rows_own_blocks_across_the_padded_length():
+    # A static batch prices every row at the padded context; a padded engine's rectangular
+    # KV cache holds that length for every row. The backend's gather must read it too: each
+    # row's own blocks over the whole padded length, never the cache-hot scratch block.
+    b = backend()
+    b.step_cost(StepPlan([0, 1], [10, 40], [0, 0], num_pad_tokens=[30, 0]))
+    b.step_cost(StepPlan([0, 1], [1, 1], [40, 40], num_pad_tokens=[0, 0], num_decode_slots=2))
+    b.step_cost(StepPlan([-1, 1], [0, 1], [41, 41], num_pad_tokens=[1, 0], num_decode_slots=2))
+    index, scratch = b.last_inputs.decode_index, b.pool.scratch_block
+    assert index.shape == (2, 42)
+    for row, rid in enumerate((0, 1)):
+        blocks = {int(s) // 16 for s in index[row]}
+        assert scratch not in blocks and blocks == set(b.pool.tables[rid])  # its own, all of them
+    assert b.pool.length(0) == 11 and b.pool.length(1) == 42  # written tokens unchanged
+    assert len(b.pool.tables[0]) == 3 and len(b.pool.tables[1]) == 3  # ceil(42 / 16) blocks each
+    mask = b.last_inputs.decode_mask[:, 0, 0, :]
+    assert int(mask[0].sum()) == 1 and int(mask[1].sum()) == 42  # the finished row sees its pad only
+
+
+def test_an_unpadded_batch_keeps_each_rows_own_length():
+    # Continuous batching plans each row at its own context: a shorter row's padding to the
+    # longest is the backend's, not the plan's, and costs no blocks.
+    b = backend()
+    b.step_cost(StepPlan([0, 1], [10, 40], [0, 0]))
+    b.step_cost(StepPlan([0, 1], [1, 1], [10, 40], num_decode_slots=2))
+    assert len(b.pool.tables[0]) == 1 and int(b.last_inputs.decode_index[0, -1]) // 16 == b.pool.scratch_block
+
+
 def test_replay_executes_a_recorded_plan_again_and_leaves_the_run_as_it_was():
     b = backend()
     plans = [StepPlan([0, 1], [20, 7], [0, 0]),

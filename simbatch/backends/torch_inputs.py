@@ -10,8 +10,9 @@ loops over requests on the decode path:
 
 * ``slot_mapping``: where each row's K and V are written (padding: scratch);
 * decode: ``decode_index`` ``(D, L)`` pool slots of every decode row's context
-  padded to the longest, and ``decode_mask`` hiding padding and other
-  requests' scratch reads;
+  padded to the longest, and ``decode_mask`` hiding the padding (a padded
+  batch's rows span the padded length in their own blocks; other plans' shorter
+  rows read scratch there);
 * prefill: groups of adjacent slots with no cached context and equal length
   (one batched causal call: a static batch's padded prefill is one group), and
   single slots over a cached context with their own gather index and mask.
@@ -77,25 +78,37 @@ def prepare(plan: StepPlan, pool: PagedKVPool, vocab: int, max_position: int,
             device: torch.device, row_owners: dict[int, int] | None = None) -> StepInputs:
     """The step's index tensors, with blocks allocated for every kept token.
 
+    A padded plan's decode rows (static, dynamic: ``num_pad_tokens`` set) attend over
+    the planned, padded context, so each row's blocks are extended to span it, as a
+    padded engine's rectangular KV cache does (Hugging Face ``generate`` pads every row
+    of the batch to one length and attends over all of it, masked): the padding
+    positions are the row's own memory, not one cache-hot scratch block, and the step
+    reads what the plan prices. Only the blocks are allocated (the policy reserved them:
+    longest prompt + longest output per row); the row's length, what it has written,
+    stays its own, and the mask hides the rest.
+
     ``row_owners`` (slot -> request id): for a padding-only decode slot, the finished
-    request that held the row. Its gather then reads that request's cache, as a real
-    static-batching engine's finished row reads its own KV (distinct memory, not one
-    cache-hot scratch block); the row still writes to scratch and sees only its pad.
+    request that held the row. Its gather then reads that request's cache (spanned the
+    same way), as a real static-batching engine's finished row reads its own KV; the
+    row still writes to scratch and sees only its pad.
     """
     ids, positions, slots, logit_rows, rows = [], [], [], [], {}
     pads = plan.num_pad_tokens or [0] * plan.num_slots
     decode_ctx, decode_len, decode_tables = [], [], []
     groups: list[PrefillGroup] = []
     scratch = pool.scratch_slot()
+    padded = plan.num_pad_tokens is not None
     start = 0
     for i, (rid, new, ctx, pad) in enumerate(zip(plan.request_ids, plan.num_new_tokens,
                                                   plan.num_context_tokens, pads)):
         cached = pool.length(rid) if rid >= 0 else 0
+        decode = i < plan.num_decode_slots
+        span = max(ctx, cached) + 1 if padded and decode else 0  # the padded context + this token
         if rid >= 0:
-            table = pool.ensure(rid, cached + new)
+            table = pool.ensure(rid, max(cached + new, span))
         else:
             owner = (row_owners or {}).get(i)
-            table = pool.tables.get(owner, []) if i < plan.num_decode_slots else []
+            table = pool.ensure(owner, span) if decode and owner in pool.tables else []
         for p in range(cached, cached + new):
             ids.append(token_id(rid, p, vocab))
             positions.append(p)
@@ -108,7 +121,7 @@ def prepare(plan: StepPlan, pool: PagedKVPool, vocab: int, max_position: int,
             rows[rid] = (start, new)
         q = new + pad
         logit_rows.append(start + (new if new else q) - 1)
-        if i < plan.num_decode_slots:
+        if decode:
             decode_ctx.append(max(ctx, cached))
             decode_len.append(cached)
             decode_tables.append(table)
@@ -148,7 +161,9 @@ def _decode_gather(pool: PagedKVPool, tables: list[list[int]], contexts: list[in
     ``L`` is the longest *planned* context + 1: a padded batch (static, dynamic)
     attends over its padded length for real. Row ``b`` may see its cached
     tokens and the token it writes this step (positions ``0 .. lengths[b]``);
-    everything else reads scratch and is masked.
+    everything else is masked. Past the end of its table a row reads scratch: in
+    a padded batch no row's table ends before ``L`` (:func:`prepare` spans them),
+    elsewhere a shorter row's padding costs one cache-hot block.
     """
     bs = pool.block_size
     longest = max(contexts) + 1
