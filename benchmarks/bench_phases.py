@@ -4,7 +4,7 @@ Runs the pieces of ``simbatch run SCENARIO --out DIR`` one after another in this
 process: imports and the scenario, building the workload, simulating, the request
 and step columns, ``summarize``, the per-replica summaries, then writing the
 run folder in each ``--formats`` table format. For each phase it prints the wall
-time and the phase's peak RSS (``VmHWM``, reset before each phase through
+time, its CPU time (steadier than wall time on a shared machine), and the phase's peak RSS (``VmHWM``, reset before each phase through
 ``/proc/self/clear_refs``, Linux only; elsewhere the process's peak so far).
 
 ``--tracemalloc`` also traces the metric phases' Python allocations (not the
@@ -21,6 +21,7 @@ A benchmark, not a test: it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import resource
 import shutil
@@ -74,7 +75,9 @@ class Phases:
 
     def __init__(self, trace: bool):
         self.trace = trace
-        print(f"{'phase':34}{'time s':>8}{'peak MiB':>10}{'held MiB':>10}{'traced MiB':>12}  note", flush=True)
+        self.peak = peak_mib()  # the largest phase peak: resetting VmHWM resets ru_maxrss too
+        print(f"{'phase':34}{'time s':>8}{'cpu s':>8}{'peak MiB':>10}{'held MiB':>10}{'traced MiB':>12}  note",
+              flush=True)
 
     def run(self, name: str, fn, note=lambda result: "", trace: bool = True):
         """Call ``fn()`` as phase ``name``; returns its result."""
@@ -82,9 +85,9 @@ class Phases:
         tracing = self.trace and trace
         if tracing:
             tracemalloc.start(8)
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         result = fn()
-        dt = time.perf_counter() - t
+        dt, cpu = time.perf_counter() - t, time.process_time() - cpu
         traced = ""
         top = []
         if tracing:
@@ -92,7 +95,9 @@ class Phases:
             traced = f"{tracemalloc.get_traced_memory()[1] / 2**20:.0f}"
             tracemalloc.stop()
             top = snap.statistics("lineno")[:4]
-        print(f"{name:34}{dt:8.2f}{peak_mib():10.0f}{rss_mib():10.0f}{traced:>12}  {note(result)}", flush=True)
+        self.peak = max(self.peak, peak_mib())
+        print(f"{name:34}{dt:8.2f}{cpu:8.2f}{peak_mib():10.0f}{rss_mib():10.0f}{traced:>12}  {note(result)}",
+              flush=True)
         for stat in top:  # what is still held at the end of the phase, by line
             print(f"{'':36}held {stat.size / 2**20:7.1f} MiB  {stat.traceback[0]}")
         return result
@@ -111,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from simbatch.engine.simulation import run_cluster
     from simbatch.metrics import replica_summaries, request_columns, step_columns, summarize
+    from simbatch.metrics.requests import token_runs
     from simbatch.runs import RunOutput, describe_run
     from simbatch.scenario import load_scenario
 
@@ -118,21 +124,27 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{Path(args.scenario).name} {' '.join(args.set)}; python {sys.version.split()[0]}, pid {os.getpid()}, "
           f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}")
     ph = Phases(args.tracemalloc)
-    print(f"{'imports + scenario':34}{time.perf_counter() - T0:8.2f}{peak_mib():10.0f}{rss_mib():10.0f}", flush=True)
+    print(f"{'imports + scenario':34}{time.perf_counter() - T0:8.2f}{time.process_time():8.2f}{peak_mib():10.0f}"
+          f"{rss_mib():10.0f}", flush=True)
     workload = ph.run("build workload", scenario.build_workload, lambda w: f"{len(w)} requests", trace=False)
     result = ph.run("simulate", lambda: run_cluster(scenario, workload=workload)[0],
                     lambda r: f"{len(r.log.steps['start_s'])} steps, {len(r.log.run_request)} token runs", trace=False)
     log = result.log
-    requests = ph.run("request columns", lambda: request_columns(log, workload))
-    steps = ph.run("step columns", lambda: step_columns(log))
     gpus = scenario.cluster.tensor_parallel * scenario.cluster.pipeline_parallel
+    steps = ph.run("step columns", lambda: step_columns(log))
+    if "runs" in inspect.signature(request_columns).parameters:  # as runs.run does
+        extra = {"runs": ph.run("token runs", lambda: token_runs(log, steps))}
+    else:  # an earlier simbatch (before/after comparisons): each function placed the runs itself
+        extra = {}
+    requests = ph.run("request columns", lambda: request_columns(log, workload, **extra))
 
     def summary_phase():
         return summarize(log, workload, slo=scenario.slo.as_dict() or None, peak_flops=result.peak_flops,
                          peak_bandwidth=result.peak_bandwidth, gpus_per_replica=gpus, requests=requests,
-                         steps=steps)
+                         steps=steps, **extra)
 
     summary = ph.run("summarize", summary_phase)
+    extra.clear()  # the token runs go, as in runs.run
 
     def rest():
         summary.update(describe_run(result))
@@ -154,8 +166,8 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
-    whole_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"{'total':34}{time.perf_counter() - T0:8.2f}{whole_peak:10.0f}  (peak: the whole process's)")
+    print(f"{'total':34}{time.perf_counter() - T0:8.2f}{time.process_time():8.2f}{ph.peak:10.0f}"
+          "  (peak: the largest phase's)")
 
 
 if __name__ == "__main__":
