@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simbatch.metrics.columns import RowsView, group_order, group_rows, take_rows
+from simbatch.metrics.columns import RowsView, group_order, group_rows, num_rows, take_rows
 from simbatch.metrics.requests import TokenRuns, itl_pool, token_runs
 from simbatch.metrics.steps import step_columns
 from simbatch.metrics.summary import weighted_latency_stats
@@ -172,3 +172,6 @@ def test_rows_view_reads_what_take_rows_copies():
     assert list(view) == ["a", "b"] and len(view) == 2
     copied = take_rows(table, rows)
     assert all(np.array_equal(view[k], copied[k]) for k in table)
+    assert num_rows(view) == 2 and view["b"] is view["b"]  # counted without a column; each taken once
+    mask = np.array([True, False, True, False, False, True])
+    assert num_rows(RowsView(table, mask)) == 3 and RowsView(table, mask)["a"].tolist() == [0, 2, 5]

@@ -24,6 +24,8 @@ def column(table, name: str, dtype=None) -> np.ndarray:
 
 def num_rows(table) -> int:
     """Rows of ``table`` (a :data:`Columns` dict, 0 when it has no column, or a DataFrame)."""
+    if isinstance(table, RowsView):
+        return table.num_rows  # without taking a column
     if isinstance(table, Mapping):
         return len(next(iter(table.values()))) if table else 0
     return len(table)
@@ -41,9 +43,13 @@ class RowsView(Mapping):
 
     def __init__(self, table, rows: np.ndarray):
         self._table, self._rows = table, rows
+        self._taken: dict[str, np.ndarray] = {}  # columns read so far (a metric may read one twice)
+        self.num_rows = int(np.count_nonzero(rows)) if np.asarray(rows).dtype == bool else len(rows)
 
     def __getitem__(self, name: str) -> np.ndarray:
-        return column(self._table, name)[self._rows]
+        if name not in self._taken:
+            self._taken[name] = column(self._table, name)[self._rows]
+        return self._taken[name]
 
     def __iter__(self):
         return iter(names(self._table))
