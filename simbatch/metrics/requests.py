@@ -67,7 +67,7 @@ class TokenRuns:
 def token_runs(log: EventLog, steps=None) -> TokenRuns:
     """Token runs as arrays, with each run's step numbers mapped to times (vectorised).
 
-    ``steps``: the log's :func:`~simbatch.metrics.summary.step_columns` (or their DataFrame)
+    ``steps``: the log's :func:`~simbatch.metrics.steps.step_columns` (or their DataFrame)
     when the caller has them; they are built otherwise. Their ``step`` and ``end_s`` columns
     place every step without sorting."""
     if steps is None:
