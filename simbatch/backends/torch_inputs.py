@@ -83,9 +83,8 @@ def prepare(plan: StepPlan, pool: PagedKVPool, vocab: int, max_position: int,
     padded engine's rectangular KV cache does (Hugging Face ``generate`` pads every row
     of the batch to one length and attends over all of it, masked: transformers'
     ``cache_utils.DynamicLayer.update`` grows one ``[batch, heads, seq, dim]`` tensor
-    per layer for all rows, docs/validation.md): the padding
-    positions are the row's own memory, not one cache-hot scratch block, and the step
-    reads what the plan prices. Only the blocks are allocated (the policy reserved them:
+    per layer for all rows; docs/validation.md): the padding positions are the row's
+    own memory, not one cache-hot scratch block, and the step reads what the plan prices. Only the blocks are allocated (the policy reserved them:
     longest prompt + longest output per row); the row's length, what it has written,
     stays its own, and the mask hides the rest.
 
