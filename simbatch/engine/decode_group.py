@@ -19,6 +19,7 @@ whatever the batch size.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 
 from simbatch.eventlog import EventLog
 from simbatch.sequence import Sequence
@@ -82,7 +83,7 @@ class DecodeGroup:
             return True
         return self.join_decoding(running, prev_decode) and len(running) == len(self.members) + num_prefilling
 
-    def join_decoding(self, seqs: list[Sequence], prev_decode: int) -> bool:
+    def join_decoding(self, seqs: Iterable[Sequence], prev_decode: int) -> bool:
         """Join, in order, those of ``seqs`` that decode and are not members yet; False (and
         stop) at one that cannot join. The fast path's mixed steps pass the requests whose
         prefill a step completed: the only ones :meth:`adopt_decoding` would find next."""

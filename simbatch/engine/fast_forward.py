@@ -12,13 +12,23 @@ iteration-level policies live in the replica's :class:`DecodeGroup`, which
 settles a request's counters only when it finishes or the policy needs them,
 so steady decoding costs O(1) per step whatever the batch size; a padded
 batch's rows are advanced once at the end of the run.
+
+Chunked prefill's steps mix the running decodes with prefill chunks. There the
+decodes are still the decode group's (O(1) a step) and the policy plans only
+the chunks (``schedule_chunks``), and :func:`mixed_run` takes such steps back
+to back, asking between two steps exactly what the engine loop would ask, so
+a loaded replica re-enters the loop only when something else has to happen.
 """
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 import numpy as np
 
 from simbatch.sequence import FINISHED
+
+first = itemgetter(0)  # a (request, tokens) pair's request
 
 
 def steady_run(replica):
@@ -259,7 +269,7 @@ def mixed_run(replica):
         on_step_done(None, finished, end)
         # The requests whose prefill this step completed decode next: join them now (in running
         # order, as adopt_decoding's scan of the running list would) rather than by that scan.
-        group.join_decoding([s for s, _ in chunks], step)
+        group.join_decoding(map(first, chunks), step)
         done += 1
         # What Replica.run asks before its next step, in its order.
         if end >= replica.control_at or (inbox is not None and inbox.ready(replica)) or policy.steady_decode():

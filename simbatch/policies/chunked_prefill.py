@@ -121,7 +121,9 @@ class ChunkedPrefillPolicy(IterationPolicy):
         (its blocks taken, ``budget`` what they left; ``protected``: their ids). Policies
         with an age bound or priority preemption never get here (``mixes_chunks`` is off)."""
         self.preempted_now = False  # the decodes were planned without preempting anyone
-        chunks, budget = self.take_running(self.prefilling, budget, decoding=False, protected=protected)
+        chunks, budget = self.take_running(self.prefilling, budget, False, protected)
+        if budget <= 0:  # admit_chunks would admit nobody (the usual case under load: asked first)
+            return chunks
         return chunks + self.admit_chunks(budget)
 
     def all_decoding(self) -> bool:
@@ -184,8 +186,8 @@ class ChunkedPrefillPolicy(IterationPolicy):
                     # and gives its tokens back, as in vLLM v1 (see ContinuousPolicy.grow_decodes)
                     budget += sum(k for s, k in taken if s.status != RUNNING)
                     taken = [(s, k) for s, k in taken if s.status == RUNNING]
-            if not decoding:
-                self.kv.commit(seq, seq.num_computed + n)  # prefix cache: share its full blocks
+            if not decoding and self.kv.prefix_caching:  # only a prefix cache's commit does anything
+                self.kv.commit(seq, seq.num_computed + n)  # share its full blocks
             taken.append((seq, n))
             budget -= n
         return taken, budget
