@@ -36,14 +36,40 @@ SCENARIOS = [REPO / "scenarios" / "azure_conv.yaml", REPO / "scenarios" / "chat.
 POLICIES = ("static", "dynamic", "continuous", "chunked_prefill")
 
 
-def one_run(path: str, kind: str) -> dict:
+def use_tree(tree: str | None) -> None:
+    """Import simbatch from the checkout ``tree`` in this (fresh) process instead of the one
+    installed (``bench_speed.py --against``); None: leave it."""
+    if tree is None:
+        return
+    for name in [m for m in sys.modules if m == "simbatch" or m.startswith("simbatch.")]:
+        del sys.modules[name]  # this module imported simbatch.errors from the installed copy
+    sys.path.insert(0, tree)
+
+
+def one_run(path: str, kind: str, tree: str | None = None) -> dict:
     """Run ``path`` under policy ``kind`` in this process; wall time, counts and RSS (MiB).
-    ``kind+streams2`` runs that policy with ``streams: 2``."""
+    ``kind+streams2`` runs that policy with ``streams: 2``; ``tree``: a checkout to import
+    simbatch from (:func:`use_tree`). ``sim`` is the time in the simulation proper (SimPy's
+    ``Environment.run``: no workload building, no metrics)."""
+    use_tree(tree)
+    import simpy
+
     from simbatch.api import run
+    from simbatch.errors import SimbatchError
     from simbatch.scenario import from_dict, load_scenario
 
     kind, _, variant = kind.partition("+")
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    sim, simpy_run = [], simpy.Environment.run
+
+    def timed_run(env, *args, **kwargs):  # this process's one simulation, timed
+        t = time.perf_counter()
+        try:
+            return simpy_run(env, *args, **kwargs)
+        finally:
+            sim.append(time.perf_counter() - t)
+
+    simpy.Environment.run = timed_run
     start = time.perf_counter()
     try:
         scenario = load_scenario(path).with_policy(kind)
@@ -54,20 +80,22 @@ def one_run(path: str, kind: str) -> dict:
     except SimbatchError as exc:  # passed back as text: SimbatchError does not unpickle
         return {"error": str(exc)}
     wall = time.perf_counter() - start
-    return {"wall": wall, "requests": len(out.result.workload),
+    return {"wall": wall, "sim": sum(sim), "requests": len(out.result.workload),
             "steps": sum(out.result.log.replica_num_steps), "base_mib": base,
             "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def bench_policy(path: Path, kind: str, repeat: int) -> dict:
-    """Median wall time over ``repeat`` runs, each in a fresh spawned process."""
+def bench_policy(path: Path, kind: str, repeat: int, tree: str | None = None) -> dict:
+    """Median wall time over ``repeat`` runs, each in a fresh spawned process (``tree``: a
+    checkout to import simbatch from)."""
     ctx = mp.get_context("spawn")
     with ProcessPoolExecutor(1, mp_context=ctx, max_tasks_per_child=1) as pool:
-        runs = [pool.submit(one_run, str(path), kind).result() for _ in range(repeat)]
+        runs = [pool.submit(one_run, str(path), kind, tree).result() for _ in range(repeat)]
     if "error" in runs[0]:
         raise SimbatchError("", runs[0]["error"])
     wall = statistics.median(r["wall"] for r in runs)
-    return {"wall": wall, "req_per_s": runs[0]["requests"] / wall, "steps": runs[0]["steps"],
+    return {"wall": wall, "sim": statistics.median(r["sim"] for r in runs),
+            "req_per_s": runs[0]["requests"] / wall, "steps": runs[0]["steps"],
             "steps_per_s": runs[0]["steps"] / wall, "base_mib": max(r["base_mib"] for r in runs),
             "peak_mib": max(r["peak_mib"] for r in runs)}
 
@@ -94,16 +122,18 @@ def policy_overrides(path: Path, kind: str) -> list[str]:
                                                for a in ("--set", f"policy.{k}={v}")]
 
 
-def command_run(path: Path, kind: str, options: tuple[str, ...] = ()) -> dict:
+def command_run(path: Path, kind: str, options: tuple[str, ...] = (), tree: str | None = None) -> dict:
     """One whole ``simbatch run PATH --out DIR [options]`` under policy ``kind`` in a fresh process:
     wall seconds from start to exit, the process's peak RSS (MiB), and how the tables were
-    written (``tables``: the request table's file suffix, ``csv`` or ``parquet``)."""
+    written (``tables``: the request table's file suffix, ``csv`` or ``parquet``). ``tree``: a
+    checkout to run instead of the installed simbatch (``python -m simbatch`` from there)."""
     with tempfile.TemporaryDirectory(prefix="bench-run-") as tmp:
-        argv = console_command() + ["run", str(path), "--out", str(Path(tmp) / "out"), *options] \
-            + policy_overrides(path, kind)
+        argv = (console_command() if tree is None else [sys.executable, "-m", "simbatch"]) \
+            + ["run", str(path), "--out", str(Path(tmp) / "out"), *options] + policy_overrides(path, kind)
+        env = None if tree is None else {**os.environ, "PYTHONPATH": tree}
         with open(Path(tmp) / "stderr", "w+b") as errors:
             start = time.perf_counter()
-            child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=errors)
+            child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=errors, env=env)
             _, status, usage = os.wait4(child.pid, 0)  # this child's own rusage, not all children's
             wall = time.perf_counter() - start
             child.returncode = os.waitstatus_to_exitcode(status)
@@ -115,10 +145,12 @@ def command_run(path: Path, kind: str, options: tuple[str, ...] = ()) -> dict:
     return {"wall": wall, "peak_mib": usage.ru_maxrss / 1024, "tables": tables}
 
 
-def bench_command(path: Path, kind: str, repeat: int, options: tuple[str, ...] = ()) -> dict:
+def bench_command(path: Path, kind: str, repeat: int, options: tuple[str, ...] = (),
+                  tree: str | None = None) -> dict:
     """Median wall time and largest peak RSS of ``repeat`` whole ``simbatch run`` commands
-    (``options``: more of its options, e.g. ``("--format", "csv")``)."""
-    runs = [command_run(path, kind, options) for _ in range(repeat)]
+    (``options``: more of its options, e.g. ``("--format", "csv")``; ``tree``: see
+    :func:`command_run`)."""
+    runs = [command_run(path, kind, options, tree) for _ in range(repeat)]
     if "error" in runs[0]:
         raise SimbatchError("", runs[0]["error"])
     return {"wall": statistics.median(r["wall"] for r in runs), "peak_mib": max(r["peak_mib"] for r in runs),
