@@ -174,7 +174,8 @@ def run(scenario: Scenario) -> RunOutput:
     requests = request_columns(result.log, result.workload, runs=runs)
     summary = summarize(result.log, result.workload, slo=scenario.slo.as_dict() or None,
                         peak_flops=result.peak_flops, peak_bandwidth=result.peak_bandwidth,
-                        gpus_per_replica=tp, requests=requests, steps=steps, runs=runs)
+                        gpus_per_replica=tp, requests=requests, steps=steps, runs=runs,
+                        front_end_s=scenario.engine.request_s)
     del runs
     summary.update(describe_run(result))
     summary["replicas"] = replica_summaries(requests, steps, summary["duration_s"], result.replica_info(),

@@ -177,7 +177,7 @@ def test_comparison_table_columns_and_missing():
                                "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "itl_p99_ms",
                                "e2el_p50_ms", "e2el_p99_ms", "queue_p50_ms", "goodput", "gpus", "goodput_per_gpu",
                                "slo_attainment",
-                               "padding_waste_frac", "slot_use_frac", "busy_frac", "mfu", "mbu", "kv_peak_frac", "preemptions",
+                               "padding_waste_frac", "slot_use_frac", "busy_frac", "waiting_frac", "mfu", "mbu", "kv_peak_frac", "preemptions",
                                "prefix_hit_frac"]
     assert t["policy"].tolist() == ["fcfs", "static"]
     assert t["prefix_hit_frac"].isna().all()  # no prefix cache: NaN, and the terminal view leaves it out
@@ -254,3 +254,39 @@ def test_token_run_properties(case):
         assert [s["itl_ms"][k] for k in ("mean", "median", "p90", "p99")] == approx(want, rel=1e-9, abs=1e-9)
     else:
         assert s["itl_ms"]["mean"] is None
+
+
+def test_waiting_frac_is_the_union_of_waits_per_replica_over_replica_time():
+    from simbatch.metrics.summary import waiting_frac
+
+    log = EventLog(4, num_replicas=2)
+    log.replica[:] = [0, 0, 1, -1]  # the last was rejected: it waits nowhere
+    log.arrival_s[:] = [0.0, 1.0, 2.0, 0.0]
+    log.first_scheduled_s[:] = [2.0, 3.0, np.nan, np.nan]  # request 2 never ran
+    # replica 0: [0, 2) and [1, 3) overlap -> 3 s; replica 1: [2, 10) -> 8 s; over 10 s x 2 replicas
+    assert waiting_frac(log, 10.0) == pytest.approx(11 / 20)
+    # a 0.5 s front end: waits start when the scheduler sees the request
+    assert waiting_frac(log, 10.0, front_end_s=0.5) == pytest.approx((2.5 + 7.5) / 20)
+    # brute force on a fine grid agrees on random waits over three replicas
+    rng = np.random.default_rng(0)
+    log = EventLog(60, num_replicas=3)
+    log.replica[:] = rng.integers(0, 3, 60)
+    log.arrival_s[:] = np.sort(rng.uniform(0, 50, 60))
+    log.first_scheduled_s[:] = log.arrival_s + rng.exponential(2.0, 60)
+    grid = np.arange(0, 60, 0.001) + 0.0005
+    covered = sum(np.any((log.arrival_s[log.replica == r, None] <= grid)
+                         & (grid < log.first_scheduled_s[log.replica == r, None]), axis=0).sum() * 0.001
+                  for r in range(3))
+    assert waiting_frac(log, 60.0) == pytest.approx(covered / 180, abs=1e-3)
+
+
+def test_waiting_frac_rises_with_load_while_busy_stays_near_one():
+    from simbatch.scenario import load_scenario
+    from simbatch.runs import run
+    from pathlib import Path
+
+    chat = Path(__file__).resolve().parents[1] / "scenarios" / "chat.yaml"
+    light, heavy = (run(load_scenario(chat, ["workload.synthetic.num_requests=400",
+                                             f"workload.synthetic.arrival.rate={r}"])).summary for r in (2, 8))
+    assert light["busy_frac"] > 0.9 and heavy["busy_frac"] > 0.9
+    assert light["waiting_frac"] < 0.1 < 0.5 < heavy["waiting_frac"]

@@ -24,6 +24,7 @@ COMPARISON_COLUMNS = (
     ("padding_waste_frac", "padding_waste_frac", None),
     ("slot_use_frac", "slot_use_frac", None),
     ("busy_frac", "busy_frac", None),
+    ("waiting_frac", "waiting_frac", None),
     ("mfu", "mfu", None),
     ("mbu", "mbu", None),
     ("kv_peak_frac", "kv_peak_frac", None),

@@ -31,6 +31,7 @@ SUMMARY_KEYS = (
     "padding_waste_frac",
     "slot_use_frac",
     "busy_frac",
+    "waiting_frac",
     "mfu",
     "mbu",
     "kv_peak_frac",
@@ -146,6 +147,36 @@ def _duration(log: EventLog, steps) -> float:
     return max(candidates) - t0
 
 
+def waiting_frac(log: EventLog, duration: float, front_end_s: float = 0.0) -> float | None:
+    """Share of replica time during which at least one request waits to be admitted (vLLM's
+    ``num_requests_waiting > 0``), over the replicas that requests arrive at: each request waits
+    from reaching the scheduler (``arrival_s`` + the engine's front end ``front_end_s``) to
+    ``first_scheduled_s`` (the run's end if it never ran), the union of
+    those intervals per replica, summed and divided by ``duration`` x those replicas. Busy
+    time says whether the GPU computed; this says whether requests queued for it, so it stays
+    near 0 at light load and approaches 1 as the replica saturates. Waits after a
+    preemption are not counted."""
+    replica = np.asarray(log.replica)
+    routed = replica >= 0
+    if duration <= 0 or not routed.any():
+        return None
+    start = np.asarray(log.arrival_s, dtype=np.float64)[routed]
+    end = np.asarray(log.first_scheduled_s, dtype=np.float64)[routed]
+    t0 = float(start.min())
+    end = np.minimum(np.where(np.isnan(end), t0 + duration, end), t0 + duration)
+    start = np.minimum(start + front_end_s, end)
+    replica = replica[routed]
+    # Sorted by (replica, start); each replica's times shifted past the previous replica's so
+    # one running maximum of the ends merges overlapping waits within a replica only.
+    order = np.lexsort((start, replica))
+    start, end, replica = start[order], end[order], replica[order]
+    shift = (replica - replica.min()) * 2.0 * (duration + 1.0)
+    reach = np.maximum.accumulate(end - t0 + shift)
+    first = np.flatnonzero(np.r_[True, start[1:] - t0 + shift[1:] > reach[:-1]])
+    waited = float(np.sum(np.maximum.reduceat(end, first) - start[first]))
+    return _ratio(waited, duration * len(np.unique(replica)))
+
+
 def _busy_peak(steps, busy: float, peak) -> float:
     """Busy seconds x peak rate: ``peak`` is one number, or a list with each replica's (mixed GPUs)."""
     if np.ndim(peak) == 0:
@@ -155,7 +186,7 @@ def _busy_peak(steps, busy: float, peak) -> float:
 
 
 def _step_metrics(log: EventLog, steps, duration: float, peak_flops: float,
-                  peak_bandwidth: float, gpus: int) -> dict:
+                  peak_bandwidth: float, gpus: int, front_end_s: float = 0.0) -> dict:
     """Padding waste, slot use, busy fraction, MFU/MBU (while busy) and KV peak from the step columns."""
     busy = _total(steps, "duration_s")
     kept = float(np.sum(column(steps, "prefill_tokens")) + np.sum(column(steps, "decode_tokens")))
@@ -176,6 +207,7 @@ def _step_metrics(log: EventLog, steps, duration: float, peak_flops: float,
         "padding_waste_frac": _ratio(padded, kept + padded),
         "slot_use_frac": _ratio(seats, slots),
         "busy_frac": _ratio(busy, duration * log.num_replicas),
+        "waiting_frac": waiting_frac(log, duration, front_end_s),
         "mfu": _ratio(flops, _busy_peak(steps, busy, peak_flops) * gpus),
         "mbu": _ratio(nbytes, _busy_peak(steps, busy, peak_bandwidth) * gpus),
         "kv_peak_frac": kv_peak,
@@ -184,7 +216,7 @@ def _step_metrics(log: EventLog, steps, duration: float, peak_flops: float,
 
 def summarize(log: EventLog, workload: Workload, *, slo: dict | None = None, peak_flops,
               peak_bandwidth, gpus_per_replica: int = 1, requests=None, steps=None,
-              runs: TokenRuns | None = None) -> dict:
+              runs: TokenRuns | None = None, front_end_s: float = 0.0) -> dict:
     """The run's summary dict, keys exactly :data:`SUMMARY_KEYS` in that order (see docs/metrics.md).
 
     ``peak_flops`` and ``peak_bandwidth`` are per GPU: one number, or a list with
@@ -192,7 +224,8 @@ def summarize(log: EventLog, workload: Workload, *, slo: dict | None = None, pea
     run's :func:`~simbatch.metrics.requests.request_columns` / :func:`step_columns` (or
     the DataFrames of :func:`request_table` / :func:`steps_table`) when the caller has
     them already (a million-request run would otherwise build each twice), and ``runs``
-    the log's :func:`~simbatch.metrics.requests.token_runs` likewise.
+    the log's :func:`~simbatch.metrics.requests.token_runs` likewise. ``front_end_s``: the
+    engine's front end (``engine.request_s``), before which an arrival is not yet waiting.
     """
     if not (np.all(np.asarray(peak_flops) > 0) and np.all(np.asarray(peak_bandwidth) > 0)
             and gpus_per_replica >= 1):
@@ -214,7 +247,7 @@ def summarize(log: EventLog, workload: Workload, *, slo: dict | None = None, pea
         "total_token_throughput": _ratio(in_tokens + out_tokens, duration),
         "goodput": None if attaining is None else _ratio(attaining, duration),
         "slo_attainment": None if attaining is None else _ratio(attaining, log.num_requests),
-        **_step_metrics(log, steps, duration, peak_flops, peak_bandwidth, gpus_per_replica),
+        **_step_metrics(log, steps, duration, peak_flops, peak_bandwidth, gpus_per_replica, front_end_s),
         "preemptions": int(np.sum(log.num_preemptions)),
     }
     for key in LATENCY_KEYS:

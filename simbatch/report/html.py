@@ -40,7 +40,7 @@ table{border-collapse:collapse;font-size:.78em;font-variant-numeric:tabular-nums
 caption{text-align:left;font-weight:600;padding:.3em 0}
 th,td{border:1px solid #ccc;padding:.2em .4em;vertical-align:top}
 th{background:#f2f2f2}
-table.numbers{font-size:.72em}
+table.numbers{font-size:.71em}
 table.numbers th,table.numbers td{padding:.2em .25em}
 table.numbers th{vertical-align:bottom}
 table.numbers td{overflow-wrap:normal}

@@ -29,6 +29,7 @@ COMPARISON_VIEW = (
     ("pad %", "padding_waste_frac", "pct"),
     ("slots %", "slot_use_frac", "pct"),
     ("busy %", "busy_frac", "pct"),
+    ("wait %", "waiting_frac", "pct"),
     ("MFU %", "mfu", "pct"),
     ("MBU %", "mbu", "pct"),
     ("KV peak %", "kv_peak_frac", "pct"),
@@ -152,7 +153,7 @@ def format_summary(summary: dict, title: str) -> str:
     tail = [
         f"goodput       {fmt_num(s['goodput'])} req/s, SLO attainment {fmt_pct(s['slo_attainment'])} %",
         f"padding waste {fmt_pct(s['padding_waste_frac'])} % of tokens, slots used {fmt_pct(s['slot_use_frac'])} %,"
-        f" busy {fmt_pct(s['busy_frac'])} %",
+        f" busy {fmt_pct(s['busy_frac'])} %, requests waiting {fmt_pct(s.get('waiting_frac'))} % of the time",
         f"MFU {fmt_pct(s['mfu'])} %, MBU {fmt_pct(s['mbu'])} % (while busy), KV peak {fmt_pct(s['kv_peak_frac'])} %",
         f"preemptions   {s['preemptions']}",
     ]

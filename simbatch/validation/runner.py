@@ -135,7 +135,8 @@ def to_output(result: RunResult):
 
     sc = result.scenario
     summary = summarize(result.log, result.workload, slo=sc.slo.as_dict() or None,
-                        peak_flops=result.gpu.peak_flops, peak_bandwidth=result.gpu.hbm_bandwidth)
+                        peak_flops=result.gpu.peak_flops, peak_bandwidth=result.gpu.hbm_bandwidth,
+                        front_end_s=sc.engine.request_s)
     summary.update(describe_run(result))
     return RunOutput(result, summary, request_table(result.log, result.workload), steps_table(result.log))
 
