@@ -129,3 +129,25 @@ def test_simbatch_validate_is_the_api_function():
     assert validate is api.validate and simbatch.validate is api.validate  # not the package
     assert callable(validate) and not hasattr(validate, "__path__")
     assert simbatch.validation.format_table.__module__ == "simbatch.validation.report"
+
+
+def test_a_profile_calibrated_for_a_validation_is_kept_in_its_output_only(tmp_path, monkeypatch, capsys):
+    # No profile matches: validate calibrates one in a scratch folder, writes a copy to --out
+    # (named in validation.json and the wrote-line) and removes the scratch folder.
+    pytest.importorskip("torch")
+    import tempfile
+
+    import simbatch.validation.profile as vp
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setattr(vp, "find_profile", lambda model, dtype, here: (None, {}))
+    out = tmp_path / "out"
+    assert main(["validate", str(write_scenario(tmp_path)), "--device", "cpu", "--threads", "1",
+                 "--policies", "continuous", "--noise-repeats", "0", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "profile/ (calibrated here" in printed
+    assert json.loads((out / "validation.json").read_text())["profile"] == "profile"
+    assert (out / "profile" / "profile.yaml").is_file()
+    assert not any(p.name.startswith(vp.SCRATCH_PREFIX) for p in scratch.iterdir())

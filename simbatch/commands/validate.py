@@ -65,7 +65,6 @@ def run(args) -> None:
 def run_torch(args) -> None:
     """The torch mode: the scenario on the real backend under each policy, against the cost model."""
     from simbatch.errors import SimbatchError
-    from simbatch.validation import format_table, write_validation
     from simbatch.validation import run_validation as validate
 
     scenario = load(args)
@@ -77,6 +76,16 @@ def run_torch(args) -> None:
     noise = {} if args.noise_repeats is None else {"noise_repeats": args.noise_repeats}
     result = validate(scenario, args.device or DEFAULT_DEVICE, kinds, profile=args.profile, dtype=args.dtype,
                       threads=args.threads, **noise)
+    try:
+        report_validation(args, scenario, result)
+    finally:  # a profile calibrated for this run lives on only as the output's copy
+        result.discard_scratch()
+
+
+def report_validation(args, scenario, result) -> None:
+    """Print ``result``'s table and write its folder (``--out``)."""
+    from simbatch.validation import format_table, write_validation
+
     for kind, v in result.policies.items():
         print_notes(v.measured.messages, f"note [{kind}]")
     b = result.backend
@@ -87,7 +96,8 @@ def run_torch(args) -> None:
     if args.out:
         write_validation(args.out, result)
         noise = ", noise.csv" if any(v.noise is not None for v in result.policies.values()) else ""
-        print(f"wrote {args.out}/validation.json, steps.csv{noise}, step_scatter.png, latency_cdfs.png "
+        profile = ", profile/ (calibrated here: reuse it with --profile)" if result.profile_fresh else ""
+        print(f"wrote {args.out}/validation.json, steps.csv{noise}, step_scatter.png, latency_cdfs.png{profile} "
               "and <policy>/measured|predicted/")
 
 

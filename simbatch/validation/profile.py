@@ -28,6 +28,8 @@ from simbatch.machine import difference, machine_differences, machine_notes
 from simbatch.models import ModelSpec
 from simbatch.profiles import read_profile
 
+SCRATCH_PREFIX = "simbatch-validate-"  # the temporary folder of a profile calibrated for a validation
+
 SOURCE_TREE = Path(__file__).resolve().parents[2]
 
 
@@ -115,7 +117,7 @@ def _calibrate_here(model, device, dtype, threads, seed, rejected, progress) -> 
         progress(f"{path} does not match this machine ({'; '.join(why)})")
     progress(f"no {device} profile for {model.name} ({dtype}, {threads} threads) measured on this machine: "
              "calibrating (quick mode)")
-    path = Path(tempfile.mkdtemp(prefix="simbatch-validate-")) / "profile"
+    path = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX)) / "profile"
     start = time.perf_counter()
     calibrate(model, device, dtype, quick=True, out=path, seed=seed, threads=threads,
               progress=lambda m: progress(f"calibrate: {m}"))

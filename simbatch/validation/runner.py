@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -57,11 +58,20 @@ class Validation:
         """Whether that profile was calibrated for this validation."""
         return self.profile.calibrated_now
 
+    def discard_scratch(self) -> None:
+        """Remove the scratch folder of a profile calibrated for this validation (written
+        output keeps its copy, ``profile/``); the profile is gone after this."""
+        from simbatch.validation.profile import SCRATCH_PREFIX
+
+        if self.profile_fresh and self.profile_path.parent.name.startswith(SCRATCH_PREFIX):
+            shutil.rmtree(self.profile_path.parent, ignore_errors=True)
+
     def as_json(self) -> dict:
-        """``validation.json``'s content."""
+        """``validation.json``'s content (a profile calibrated now is named as its copy, ``profile``)."""
         return {
             "scenario": self.scenario.name, "backend": self.backend, "cost_model": self.cost_model,
-            "profile": str(self.profile_path), "profile_calibrated_now": self.profile_fresh,
+            "profile": "profile" if self.profile_fresh else str(self.profile_path),
+            "profile_calibrated_now": self.profile_fresh,
             "profile_machine": self.profile.as_json(),
             "kv_cache": self.kv_note,
             "policies": {k: {**v.errors, "wall_s": v.wall_s} for k, v in self.policies.items()},
