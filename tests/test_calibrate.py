@@ -55,8 +55,22 @@ def quick_tiny(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("cal") / "tiny"
     start = time.perf_counter()
-    path, _ = calibrate(MODEL_PRESETS["tiny"], "cpu", quick=True, out=out, threads=1, progress=lambda _: None)
+    path, _ = calibrate(MODEL_PRESETS["tiny"], "cpu", quick=True, out=out, threads=1, progress=PROGRESS.append)
     return path, time.perf_counter() - start
+
+
+PROGRESS: list[str] = []  # what quick_tiny's calibration reported
+
+
+@needs_torch
+def test_calibration_progress_counts_each_phase_to_its_total_with_an_eta(quick_tiny):
+    import re
+
+    numbered = [re.match(r"(operators|steps) (\d+)/(\d+), ETA \d+:\d\d: ", line) for line in PROGRESS]
+    for phase in ("operators", "steps"):
+        counts = [(int(m[2]), int(m[3])) for m in numbered if m and m[1] == phase]
+        total = counts[0][1]
+        assert counts == [(k, total) for k in range(1, total + 1)], (phase, counts)
 
 
 @needs_torch

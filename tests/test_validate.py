@@ -1,6 +1,7 @@
 """``simbatch validate`` end to end on the tiny model on CPU, and its pieces without torch."""
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -59,6 +60,9 @@ def test_validate_end_to_end(tmp_path, capsys):
     assert code == 0
     printed, err = capsys.readouterr()
     assert "static" in printed and "chunked_prefill" in printed
+    # progress: each policy numbered, an ETA from the second on
+    assert "static (policy 1/2): running 4 requests" in err
+    assert re.search(r"chunked_prefill \(policy 2/2, ETA \d+:\d\d\): running 4 requests", err)
     report = json.loads((out / "validation.json").read_text())
     assert set(report["policies"]) == {"static", "chunked_prefill"}
     steps = pd.read_csv(out / "steps.csv")

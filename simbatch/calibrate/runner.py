@@ -32,6 +32,7 @@ from simbatch.backends.device import (
 from simbatch.backends.torch_layers import build_layer
 from simbatch.calibrate.points import make_grid
 from simbatch.calibrate.timing import Timer
+from simbatch.sweep.progress import format_duration
 from simbatch.errors import SimbatchError
 from simbatch.models import ModelSpec
 from simbatch.profiles import FORMAT, Profile, check_destination, write_profile
@@ -114,6 +115,8 @@ def measure(spec: ModelSpec, dev: torch.device, dtype: torch.dtype, quick: bool,
     weights = build_layer(spec, dev, dtype, seed)
     grid = make_grid(spec, quick, weights.dtype_bytes, available_memory(dev), dev.type)
     timer = Timer(dev, *(QUICK_TIMING if quick else FULL_TIMING))
+    # each bench reports once per point measured: linear and misc per token count
+    progress = counted(progress, "operators", 2 * len(grid.tokens) + len(grid.prefill) + len(grid.decode))
     rows = bench_linear(weights, grid.tokens, timer, seed + 1, progress)
     rows += bench_prefill(weights, grid.prefill, timer, seed + 2, progress)
     rows += bench_decode(weights, grid.decode, timer, seed + 3, progress)
@@ -140,7 +143,7 @@ def measure_steps(spec: ModelSpec, dev: torch.device, dtype: str, quick: bool, s
     """Whole steps on the torch backend, then the engine's overhead (:mod:`simbatch.calibrate.bench_backend`)."""
     backend, points = build_step_backend(spec, dev, dtype, quick, seed, threads, available_memory(dev))
     try:
-        rows = bench_steps(backend, points, quick, progress)
+        rows = bench_steps(backend, points, quick, counted(progress, "steps", len(points)))
         rows += bench_engine_overhead(backend, spec, seed, progress)
     finally:
         del backend
@@ -167,6 +170,22 @@ def _load_average() -> str | None:
         return ", ".join(f"{v:.2f}" for v in os.getloadavg())
     except (AttributeError, OSError):
         return None
+
+
+def counted(progress: Callable[[str], None], phase: str, total: int,
+            clock: Callable[[], float] = time.perf_counter) -> Callable[[str], None]:
+    """``progress`` with each report numbered within ``phase`` (one report per point measured,
+    of ``total``) and an ETA for the phase from the pace so far: ``operators 12/40, ETA 0:31: ...``."""
+    start, done = clock(), 0
+
+    def report(message: str) -> None:
+        nonlocal done
+        done += 1
+        left = max(total - done, 0)
+        eta = format_duration((clock() - start) / done * left)
+        progress(f"{phase} {done}/{total}, ETA {eta}: {message}")
+
+    return report
 
 
 def _stderr_progress(start: float) -> Callable[[str], None]:

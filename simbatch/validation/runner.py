@@ -89,6 +89,7 @@ def validate(scenario: Scenario, device: str = "cpu", policies: list[str] | None
 
     require_torch("validate")
     from simbatch.backends.device import default_dtype
+    from simbatch.sweep.progress import format_duration
     from simbatch.validation.profile import predicting_cost_model
     from simbatch.validation.realtime import build_torch_backend, check_validatable
 
@@ -106,8 +107,12 @@ def validate(scenario: Scenario, device: str = "cpu", policies: list[str] | None
                                    backend.threads, given, scenario.seed, progress, backend.facts)
     cost = choice.cost_model
     out = Validation(scenario, backend.describe(), cost.describe(), choice, kv_note)
-    for kind in kinds:
-        progress(f"{kind}: running {len(workload)} requests on the torch backend ({backend.device})")
+    started = time.perf_counter()
+    for i, kind in enumerate(kinds):
+        eta = (f", ETA {format_duration((time.perf_counter() - started) / i * (len(kinds) - i))}"
+               if i else "")  # from the pace of the policies done
+        progress(f"{kind} (policy {i + 1}/{len(kinds)}{eta}): running {len(workload)} requests on the "
+                 f"torch backend ({backend.device})")
         out.policies[kind] = validate_policy(scenario.with_policy(kind), workload, backend, cost, noise_repeats)
         e = out.policies[kind].errors
         progress(f"{kind}: {e['step_ape']['steps']} steps in {out.policies[kind].wall_s:.1f} s"
