@@ -252,8 +252,12 @@ def mixed_run(replica):
         start, context = env.now, group.context()
         chunks = schedule_chunks(budget - n, members)
         waiting = policy.num_waiting
-        chunk_new = [k for _, k in chunks]
-        cost = mixed_cost(n, context, chunk_new, [s.num_computed for s, _ in chunks], streams)
+        if len(chunks) == 1:  # the usual case under load: one chunk takes what the decodes left
+            (seq, k), = chunks
+            chunk_new, chunk_ctx = [k], [seq.num_computed]
+        else:
+            chunk_new, chunk_ctx = [k for _, k in chunks], [s.num_computed for s, _ in chunks]
+        cost = mixed_cost(n, context, chunk_new, chunk_ctx, streams)
         yield timeout(cost.seconds)
         num = n + len(chunks)
         step = append_step(replica=index, start_s=start, duration_s=cost.seconds, num_seqs=num, num_slots=num,

@@ -138,7 +138,8 @@ class ChunkedPrefillPolicy(IterationPolicy):
         self.rescan = self.preempted_now = True
 
     def on_step_done(self, plan, finished, now) -> None:
-        super().on_step_done(plan, finished, now)
+        if finished:  # the base retires finished requests and does nothing else (asked only then)
+            super().on_step_done(plan, finished, now)
         if self.rescan:
             self.rescan = False
             self.prefilling = [s for s in self.running if not s.is_decoding]
