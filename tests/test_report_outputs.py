@@ -224,7 +224,7 @@ def test_a_compare_killed_at_any_step_of_its_write_leaves_one_complete_compariso
 
 
 @pytest.mark.parametrize("value, num, ms", [
-    (0.000185, "0.000185", "0.000185"), (1.83e-5, "0.0000183", "0.0000183"), (0.5, "0.5", "0.5"),
+    (0.000185, "0.000185", "0.000185"), (1.83e-5, "0.0000183", "0.0000183"), (0.5, "0.500", "0.500"), (0.76, "0.760", "0.760"),
     (12.3456, "12.3", "12.3"), (1234.5, "1,234", "1,234"), (9999.0, "9,999", "9,999"),
     (10_000.0, "10,000", "10.0 s"), (2_012_090.0, "2,012,090", "2,012 s"), (None, "-", "-")])
 def test_one_number_format_never_scientific_and_long_durations_in_seconds(value, num, ms):

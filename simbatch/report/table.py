@@ -63,7 +63,9 @@ def fmt_num(x) -> str:
         return f"{x:.1f}"
     if a >= 1:
         return f"{x:.2f}"
-    text = f"{x:.3g}"  # three significant digits, written out where %g would use an exponent
+    # three significant digits, trailing zeros kept so a column reads alike (0.760 beside 0.483),
+    # written out where %g would use an exponent
+    text = f"{x:#.3g}"
     return text if "e" not in text else f"{x:.{2 - math.floor(math.log10(a))}f}"
 
 
