@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from simbatch.policies.routers import ROUTERS
 from simbatch.errors import SimbatchError
 from simbatch.links import Link, get_link
+from simbatch.models import EXPERT_DISPATCHES
 from simbatch.params import parse_params, require
 from simbatch.policies import PolicySpec, parse_policy_spec
 
@@ -53,9 +54,15 @@ class PoolParams:
     policy: object = None
     cost_model: object = None
     router: str | None = None
+    # The pool's own expert layout (cluster.expert_parallel / expert_dispatch when None): DeepSeek
+    # serves prefill and decode with different expert-parallel layouts.
+    expert_parallel: bool | None = None
+    expert_dispatch: str | None = None
 
     def __post_init__(self):
         require(self.replicas >= 1, "replicas", "must be >= 1")
+        require(self.expert_dispatch in (None, *EXPERT_DISPATCHES), "expert_dispatch",
+                f"unknown dispatch {self.expert_dispatch!r}; allowed: {', '.join(EXPERT_DISPATCHES)}")
         require(self.tensor_parallel is None or self.tensor_parallel >= 1, "tensor_parallel", "must be >= 1")
         require(self.pipeline_parallel is None or self.pipeline_parallel >= 1, "pipeline_parallel", "must be >= 1")
         require(self.micro_batches is None or self.micro_batches >= 0, "micro_batches",
@@ -120,6 +127,13 @@ class DisaggregationParams:
         """Pipeline stages of a replica of pool ``name``: its own, else ``cluster``'s."""
         own = self.pool(name).pipeline_parallel
         return cluster.pipeline_parallel if own is None else own
+
+    def pool_experts(self, name: str, cluster) -> tuple[bool, str]:
+        """(expert_parallel, expert_dispatch) of pool ``name``: its own, else ``cluster``'s."""
+        pool = self.pool(name)
+        ep = cluster.expert_parallel if pool.expert_parallel is None else pool.expert_parallel
+        own = pool.expert_dispatch
+        return ep, (own if own is not None else cluster.expert_dispatch if cluster.expert_parallel else "allreduce")
 
     def pool_router(self, name: str) -> str:
         """The router that spreads requests over pool ``name``."""

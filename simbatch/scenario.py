@@ -391,31 +391,53 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
 
 def apply_expert_layout(model: ModelSpec, cluster: ClusterParams, disaggregation, source: str) -> ModelSpec:
     """``model`` with the cluster's expert layout (``expert_parallel``, ``expert_dispatch``), after
-    checking it fits: a mixture of experts whose experts every replica's tensor-parallel degree
-    (the cluster's, each group's, each pool's) splits evenly."""
-    where = f"{source}: cluster.expert_parallel"
+    checking that every layout in the scenario fits: a mixture of experts whose experts every
+    expert-parallel replica's tensor-parallel degree (the cluster's, each group's, each pool's)
+    splits evenly. A disaggregated pool may set its own layout (:func:`pool_model`)."""
+    dis = disaggregation if disaggregation is not None and disaggregation.enabled else None
+    if cluster.data_parallel_attention and cluster.expert_parallel:
+        return _data_parallel_attention(model, cluster, disaggregation, source)
     if not cluster.expert_parallel:
         if cluster.expert_dispatch != "allreduce":
             raise SimbatchError(f"{source}: cluster.expert_dispatch", "applies with cluster.expert_parallel: true")
         if cluster.data_parallel_attention:
             raise SimbatchError(f"{source}: cluster.data_parallel_attention", "applies with cluster.expert_parallel: "
                                                                               "true (the experts span the ranks)")
-        return model
-    if cluster.data_parallel_attention:
-        return _data_parallel_attention(model, cluster, disaggregation, source)
-    if not model.is_moe:
-        raise SimbatchError(where, f"applies to a mixture of experts; {model.name} is dense")
-    degrees = {"cluster.tensor_parallel": cluster.tensor_parallel}
-    degrees.update((f"cluster.replicas[{i}].tensor_parallel", g.tensor_parallel)
-                   for i, g in enumerate(cluster.groups) if g.tensor_parallel is not None)
-    if disaggregation is not None and disaggregation.enabled:
-        degrees.update((f"disaggregation.{name}.tensor_parallel", disaggregation.pool(name).tensor_parallel)
-                       for name in ("prefill", "decode") if disaggregation.pool(name).tensor_parallel is not None)
-    for field_name, tp in degrees.items():
+    degrees = {}  # field that sets an expert-parallel TP degree -> (degree, field that turned EP on)
+    if cluster.expert_parallel:
+        degrees["cluster.tensor_parallel"] = (cluster.tensor_parallel, "cluster.expert_parallel")
+        degrees.update((f"cluster.replicas[{i}].tensor_parallel", (g.tensor_parallel, "cluster.expert_parallel"))
+                       for i, g in enumerate(cluster.groups) if g.tensor_parallel is not None)
+    for name in ("prefill", "decode") if dis is not None else ():
+        pool = dis.pool(name)
+        ep, _ = dis.pool_experts(name, cluster)
+        own = pool.expert_parallel is not None
+        if pool.expert_dispatch is not None and not ep:
+            raise SimbatchError(f"{source}: disaggregation.{name}.expert_dispatch",
+                                f"applies with expert parallelism (set disaggregation.{name}.expert_parallel: true)")
+        if ep and (own or pool.tensor_parallel is not None):
+            at = f"disaggregation.{name}.tensor_parallel" if pool.tensor_parallel is not None else "cluster.tensor_parallel"
+            degrees[at] = (pool.tensor_parallel or cluster.tensor_parallel,
+                           f"disaggregation.{name}.expert_parallel" if own else "cluster.expert_parallel")
+    for field_name, (tp, where) in degrees.items():
+        if not model.is_moe:
+            raise SimbatchError(f"{source}: {where}", f"applies to a mixture of experts; {model.name} is dense")
         if model.num_experts % tp:
-            raise SimbatchError(where, f"{field_name} {tp} does not split {model.name}'s {model.num_experts} "
-                                       f"experts evenly over its GPUs")
+            raise SimbatchError(f"{source}: {where}", f"{field_name} {tp} does not split {model.name}'s "
+                                                      f"{model.num_experts} experts evenly over its GPUs")
+    if not cluster.expert_parallel:
+        return model
     return replace(model, expert_parallel=True, expert_dispatch=cluster.expert_dispatch)
+
+
+def pool_model(model: ModelSpec, cluster: ClusterParams, disaggregation, pool: str) -> ModelSpec:
+    """The scenario's ``model`` laid out as disaggregated pool ``pool`` serves it (its own
+    ``expert_parallel`` / ``expert_dispatch``, else the cluster's; checked by
+    :func:`apply_expert_layout`)."""
+    ep, dispatch = disaggregation.pool_experts(pool, cluster)
+    if (ep, dispatch) == (model.expert_parallel, model.expert_dispatch):
+        return model
+    return replace(model, expert_parallel=ep, expert_dispatch=dispatch)
 
 
 def _data_parallel_attention(model: ModelSpec, cluster: ClusterParams, disaggregation, source: str) -> ModelSpec:

@@ -202,3 +202,56 @@ def test_shipped_scenario_compares_tp_and_ep():
     assert models["ep_all2all"].expert_dispatch == "all2all" and models["ep_skewed"].routing_skew == 1.0
     cm = RooflineCostModel(models["ep"], sc.gpu, sc.cluster.tensor_parallel)
     assert cm.describe()["expert_parallel"] == 8
+
+
+def _pools(prefill: dict, decode: dict, **cluster) -> dict:
+    return _scenario(cluster={"tensor_parallel": 2, **cluster},
+                     disaggregation={"prefill": {"replicas": 1, **prefill}, "decode": {"replicas": 1, **decode},
+                                     "link": "nvlink"})
+
+
+def test_each_pool_takes_its_own_expert_layout():
+    # DeepSeek serves prefill and decode with different expert layouts: a pool's own
+    # expert_parallel / expert_dispatch, else the cluster's, prices that pool's steps.
+    from simbatch.engine.disaggregation.build import build_pools
+
+    sc = from_dict(_pools({}, {"expert_parallel": True, "expert_dispatch": "all2all"}))
+    assert not sc.model.expert_parallel  # the cluster's layout
+    pre, dec = build_pools(sc, sc.model)
+    assert pre.backend.describe().get("expert_parallel", 1) == 1 and dec.backend.describe()["expert_parallel"] == 2
+    plan = StepPlan(request_ids=list(range(64)), num_new_tokens=[1] * 64, num_context_tokens=[1000] * 64,
+                    num_decode_slots=64)
+    tp_only = RooflineCostModel(sc.model, sc.gpu, 2).step_cost(plan).seconds
+    assert dec.backend.step_cost(plan).seconds != tp_only  # priced with its own layout
+    assert pre.backend.step_cost(plan).seconds == tp_only
+    inherit = from_dict(_pools({"expert_parallel": False}, {}, expert_parallel=True))
+    pre, dec = build_pools(inherit, inherit.model)
+    assert pre.backend.describe().get("expert_parallel", 1) == 1 and dec.backend.describe()["expert_parallel"] == 2
+    summary = run_summary(sc)
+    assert summary["disaggregation"]["decode"]["expert_dispatch"] == "all2all"
+    assert "expert_parallel" not in summary["disaggregation"]["prefill"]
+
+
+def run_summary(sc) -> dict:
+    from simbatch.runs import run
+
+    return run(sc).summary
+
+
+@pytest.mark.parametrize("prefill, decode, field, text", [
+    ({}, {"expert_dispatch": "all2all"}, "disaggregation.decode.expert_dispatch", "applies with expert parallelism"),
+    ({}, {"expert_parallel": True, "tensor_parallel": 16}, "disaggregation.decode.expert_parallel",
+     "disaggregation.decode.tensor_parallel 16 does not split"),
+    ({"expert_dispatch": "deepep"}, {}, "disaggregation.prefill.expert_dispatch", "unknown dispatch 'deepep'"),
+])
+def test_bad_pool_expert_settings_name_the_field(prefill, decode, field, text):
+    with pytest.raises(SimbatchError) as err:
+        from_dict(_pools(prefill, decode), "s.yaml")
+    assert err.value.where == f"s.yaml: {field}" and text in str(err.value), err.value
+
+
+def test_a_dense_model_refuses_a_pools_expert_parallelism():
+    data = _pools({}, {"expert_parallel": True})
+    with pytest.raises(SimbatchError, match="llama-2-7b is dense") as err:
+        from_dict({**data, "model": "llama-2-7b"}, "s.yaml")
+    assert err.value.where == "s.yaml: disaggregation.decode.expert_parallel"

@@ -33,7 +33,7 @@ from simbatch.errors import SimbatchError
 from simbatch.eventlog import EventLog
 from simbatch.models import ModelSpec
 from simbatch.prefix_cache import build_kv_cache, prefix_labels
-from simbatch.scenario import Scenario
+from simbatch.scenario import Scenario, pool_model
 from simbatch.sequence import Sequence
 from simbatch.workload import Workload
 from simbatch.workload.size import check_fits_in_memory
@@ -65,6 +65,7 @@ def build_pool(scenario: Scenario, model: ModelSpec, index: int, pool: str) -> P
     """Pool ``pool``'s GPU, TP degree, pipeline stages, cost model, KV capacity (per stage)
     and policy, checked."""
     dis = scenario.disaggregation
+    model = pool_model(model, scenario.cluster, dis, pool)  # the pool's own expert layout
     policy = dis.policies[pool]
     own = dis.pool(pool).policy is not None
     gpu, tp, backend = replica_backend(scenario, model, dis.pool(pool), lambda f: pool_field(scenario, pool, f),
@@ -207,11 +208,11 @@ def run_pools(scenario: Scenario, fast_forward: bool = True) -> tuple[RunResult,
     env.run()
     flush_unfinished(seqs, prefill + decode, log)
     result = RunResult(scenario, workload, log, model, pools[0].gpu, pools[0].backend, scenario.policy.params, pools,
-                       disaggregation=describe(dis, pools))
+                       disaggregation=describe(dis, pools, scenario.cluster))
     return result, prefill + decode
 
 
-def describe(dis, pools: list[PoolSetup]) -> dict:
+def describe(dis, pools: list[PoolSetup], cluster) -> dict:
     """What the two pools and the link are, for ``summary.json``'s ``disaggregation`` section."""
     out = {"link": dis.link.describe(), "transfer": dis.transfer.describe(),
            "gpus": sum(p.count * p.gpus_per_replica for p in pools)}
@@ -220,4 +221,7 @@ def describe(dis, pools: list[PoolSetup]) -> dict:
                        "pipeline_parallel": p.pipeline_parallel, "gpus_per_replica": p.gpus_per_replica,
                        "hardware": p.gpu.name, "policy": p.policy_cls.kind, "router": p.router,
                        "kv_blocks": p.kv_blocks}
+        ep, dispatch = dis.pool_experts(p.pool, cluster)
+        if ep:
+            out[p.pool].update(expert_parallel=True, expert_dispatch=dispatch)
     return out
