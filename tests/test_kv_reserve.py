@@ -73,6 +73,29 @@ def test_a_max_length_cache_keeps_no_watermark(kind):
     cls = POLICIES[kind]
     for mode, admitted in (("max_length", True), ("paged", False)):
         policy = cls(cls.Params(max_num_batched_tokens=4096), KVCache(100, 16, mode=mode, max_tokens=4096))
-        # 100 blocks of 16 tokens: prompt + output of 1,600 under max_length, a 1,600-token prompt paged
-        policy.add(Sequence(0, 0.0, 1500 if mode == "max_length" else 1600, 100), 0.0)
+        runner = Sequence(1, 0.0, 6, 10)  # one block (chunked prefill keeps a watermark only then)
+        policy.kv.allocate(runner, 1)
+        policy.running.append(runner)
+        # the 99 blocks left: prompt + output of 1,584 under max_length, a 1,584-token prompt paged
+        policy.add(Sequence(0, 0.0, 1484 if mode == "max_length" else 1584, 100), 0.0)
         assert (policy.head_admission(4096) is not None) is admitted, mode
+
+
+def test_chunked_prefill_keeps_its_watermark_only_while_something_runs():
+    # vLLM v1 (KVCacheManager.allocate_slots, has_scheduled_reqs): on an idle cache a request may
+    # take every block; continuous (vLLM V0's BlockSpaceManager) keeps the watermark always.
+    from simbatch.kvcache import KVCache
+    from simbatch.policies import POLICIES
+    from simbatch.sequence import Sequence
+
+    for kind, idle_admits in (("chunked_prefill", True), ("continuous", False)):
+        cls = POLICIES[kind]
+        policy = cls(cls.Params(max_num_batched_tokens=4096), KVCache(100, 16, max_tokens=4096))
+        policy.add(Sequence(0, 0.0, 1600, 10), 0.0)  # 100 blocks: all of them
+        assert (policy.head_admission(4096) is not None) is idle_admits, kind
+        if kind == "chunked_prefill":  # with a request running, the watermark is kept
+            runner = Sequence(1, 0.0, 16, 10)
+            policy.kv.allocate(runner, 1)
+            policy.running.append(runner)
+            policy.waiting[0] = Sequence(0, 0.0, 1584, 10)  # the 99 blocks left: within the 1 % kept
+            assert policy.head_admission(4096) is None

@@ -154,6 +154,12 @@ class ChunkedPrefillPolicy(IterationPolicy):
         # the queue head's dry run, and under load nearly every step has one.
         return not self.prefilling and len(self.running) <= self.params.budget and super().steady_decode()
 
+    def admission_reserve(self) -> int:
+        # vLLM v1 keeps the watermark only while some request is scheduled in the step
+        # (KVCacheManager.allocate_slots: has_scheduled_reqs): on an idle cache a request may
+        # take every block. Requests admitted earlier in this step are running by now.
+        return super().admission_reserve() if self.running else 0
+
     def prefill_room(self) -> int:
         # What is left of the budget after every running decode's token (and drafts).
         return self.params.budget - self.decode_need()

@@ -134,13 +134,17 @@ class IterationPolicy(Policy):
         n = self.admission_tokens(seq, match[0], budget)
         if n <= 0:
             return None
-        # The watermark keeps room for running requests to grow (vLLM's BlockSpaceManager); a
-        # request under kv_cache.mode max_length reserved its whole life at admission and never
-        # grows, so none is kept (Sarathi-Serve's OrcaBlockSpaceManager: watermark 0).
-        reserve = 0 if kv.mode == "max_length" else int(self.params.watermark * kv.num_blocks)
-        if not kv.can_allocate(kv.admission_blocks(seq, n, match), reserve):
+        if not kv.can_allocate(kv.admission_blocks(seq, n, match), self.admission_reserve()):
             return None
         return n, match
+
+    def admission_reserve(self) -> int:
+        """KV blocks an admission must leave free: the ``watermark`` share of the cache, which
+        keeps room for running requests to grow (vLLM V0's BlockSpaceManager). A request under
+        ``kv_cache.mode: max_length`` reserved its whole life at admission and never grows, so
+        none is kept (Sarathi-Serve's OrcaBlockSpaceManager: watermark 0)."""
+        kv = self.kv
+        return 0 if kv.mode == "max_length" else int(self.params.watermark * kv.num_blocks)
 
     def admit_queue(self, budget: int, now: float | None) -> list[tuple[Sequence, int]]:
         """Admit from the head of the queue (in ``queue_order``) while :meth:`head_admission`
