@@ -46,28 +46,27 @@ def reset_peak() -> bool:
         return False
 
 
-def peak_mib() -> float:
-    """Peak RSS since the last :func:`reset_peak` (``VmHWM``), else since the process started."""
+def status_mib(field: str) -> float | None:
+    """``field`` (``VmHWM``, ``VmRSS``) of ``/proc/self/status`` in MiB; None where unknown."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) / 1024
     except OSError:
         pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return None
+
+
+def peak_mib() -> float:
+    """Peak RSS since the last :func:`reset_peak` (``VmHWM``), else since the process started."""
+    peak = status_mib("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def rss_mib() -> float:
     """Resident memory now (``VmRSS``; 0 where unknown)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
+    return status_mib("VmRSS") or 0.0
 
 
 class Phases:
