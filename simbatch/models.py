@@ -94,6 +94,8 @@ class ModelSpec:
     expert_parallel: bool = False
     expert_dispatch: str = "allreduce"
     attention_data_parallel: int = 1
+    eplb: bool = False  # DeepSeek's expert-parallel load balancer (simbatch.costmodel.routing)
+    redundant_experts: int = 0  # EPLB's extra expert slots over the expert-parallel group
 
     @property
     def is_moe(self) -> bool:
@@ -216,10 +218,11 @@ class ModelSpec:
         Under data-parallel attention a replica is one of ``attention_data_parallel`` ranks
         that share the routed experts: it holds everything else whole and its share of them."""
         total = self.linear_params * self.weight_bytes_per_param + self._other_params * self.dtype_bytes
-        if self.attention_data_parallel == 1:
+        if self.attention_data_parallel == 1 and not self.redundant_experts:
             return total
         routed = self.num_moe_layers * self.num_experts * self.expert_params() * self.weight_bytes_per_param
-        return total - routed + routed / self.attention_data_parallel
+        held = routed * (self.num_experts + self.redundant_experts) / self.num_experts  # EPLB's copies too
+        return total - routed + held / self.attention_data_parallel
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -309,15 +312,17 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
     )
 }
 
-_BOOL_FIELDS = {"gated_mlp", "tied_embeddings", "expert_parallel"}
+_BOOL_FIELDS = {"gated_mlp", "tied_embeddings", "expert_parallel", "eplb"}
 # Fields that may be 0 (the feature is off).
 _ZERO_FIELDS = {"num_experts", "experts_per_token", "moe_intermediate_size", "shared_expert_intermediate_size",
-                "num_dense_layers", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim"}
+                "num_dense_layers", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim",
+                "redundant_experts"}
 EXPERT_DISPATCHES = ("allreduce", "all2all")
 _CHOICES = {"weight_quant": WEIGHT_QUANTS, "kv_quant": KV_QUANTS, "expert_dispatch": EXPERT_DISPATCHES}
 # Fields a scenario's cluster section sets (how the experts are laid out over GPUs), not a model entry.
 DEPLOYMENT_FIELDS = {"expert_parallel": "cluster.expert_parallel", "expert_dispatch": "cluster.expert_dispatch",
-                     "attention_data_parallel": "cluster.data_parallel_attention"}
+                     "attention_data_parallel": "cluster.data_parallel_attention", "eplb": "cluster.eplb",
+                     "redundant_experts": "cluster.redundant_experts"}
 
 
 def get_model(name_or_dict: str | dict | ModelSpec, where: str = "model", *,

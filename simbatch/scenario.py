@@ -99,9 +99,14 @@ class ClusterParams:
     # and dense layers on its own requests) and the routed experts are spread over all the
     # replicas' GPUs, with all-to-all dispatch (docs/cost_models.md, "Data-parallel attention").
     data_parallel_attention: bool = False
+    # DeepSeek's expert-parallel load balancer (vLLM's --enable-eplb, num_redundant_experts):
+    # experts placed, and the hottest copied into redundant slots, to even the GPUs' loads.
+    eplb: bool = False
+    redundant_experts: int = 0
 
     def __post_init__(self):
         require(self.replicas >= 1, "replicas", "must be >= 1")
+        require(self.redundant_experts >= 0, "redundant_experts", "must be >= 0")
         require(self.tensor_parallel >= 1, "tensor_parallel", "must be >= 1")
         require(self.pipeline_parallel >= 1, "pipeline_parallel", "must be >= 1")
         require(self.micro_batches >= 0, "micro_batches", "must be >= 0 (0: one per pipeline stage)")
@@ -135,7 +140,8 @@ def parse_cluster(values, where: str) -> ClusterParams:
     if "groups" in values:  # filled from a replicas list, never written by hand
         raise SimbatchError(f"{where}.groups", "unknown field; allowed: replicas, tensor_parallel, router, routers, "
                                                "pipeline_parallel, micro_batches, pipeline_schedule, pipeline_link, "
-                                               "expert_parallel, expert_dispatch, data_parallel_attention")
+                                               "expert_parallel, expert_dispatch, data_parallel_attention, eplb, "
+                                               "redundant_experts")
     spec = values.get("replicas")
     if not isinstance(spec, list):
         return parse_params(ClusterParams, values, where)
@@ -395,6 +401,13 @@ def apply_expert_layout(model: ModelSpec, cluster: ClusterParams, disaggregation
     expert-parallel replica's tensor-parallel degree (the cluster's, each group's, each pool's)
     splits evenly. A disaggregated pool may set its own layout (:func:`pool_model`)."""
     dis = disaggregation if disaggregation is not None and disaggregation.enabled else None
+    if (cluster.eplb or cluster.redundant_experts) and not cluster.expert_parallel:
+        field_name = "eplb" if cluster.eplb else "redundant_experts"
+        raise SimbatchError(f"{source}: cluster.{field_name}", "applies with cluster.expert_parallel: true")
+    if cluster.redundant_experts and not cluster.eplb:
+        raise SimbatchError(f"{source}: cluster.redundant_experts", "applies with cluster.eplb: true")
+    if cluster.eplb:
+        model = replace(model, eplb=True, redundant_experts=cluster.redundant_experts)
     if cluster.data_parallel_attention and cluster.expert_parallel:
         return _data_parallel_attention(model, cluster, disaggregation, source)
     if not cluster.expert_parallel:
@@ -437,7 +450,10 @@ def pool_model(model: ModelSpec, cluster: ClusterParams, disaggregation, pool: s
     ep, dispatch = disaggregation.pool_experts(pool, cluster)
     if (ep, dispatch) == (model.expert_parallel, model.expert_dispatch):
         return model
-    return replace(model, expert_parallel=ep, expert_dispatch=dispatch)
+    # EPLB (the cluster's) balances expert-parallel pools only
+    eplb = ep and cluster.eplb
+    return replace(model, expert_parallel=ep, expert_dispatch=dispatch, eplb=eplb,
+                   redundant_experts=cluster.redundant_experts if eplb else 0)
 
 
 def _data_parallel_attention(model: ModelSpec, cluster: ClusterParams, disaggregation, source: str) -> ModelSpec:

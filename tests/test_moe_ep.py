@@ -255,3 +255,70 @@ def test_a_dense_model_refuses_a_pools_expert_parallelism():
     with pytest.raises(SimbatchError, match="llama-2-7b is dense") as err:
         from_dict({**data, "model": "llama-2-7b"}, "s.yaml")
     assert err.value.where == "s.yaml: disaggregation.decode.expert_parallel"
+
+
+def test_eplb_placement_replicates_the_hottest_and_evens_the_gpus():
+    from simbatch.costmodel.routing import eplb_placement
+
+    pi = inclusion(8, 2, 1.0)
+    placed = eplb_placement(pi, 2, 2)  # 8 experts + 2 redundant over 2 GPUs: 5 slots each
+    assert placed.shape == (2, 5) and placed.sum() == pytest.approx(2.0)  # every chance placed once
+    hottest = np.sort(pi)[::-1]
+    assert np.isclose(placed, hottest[0] / 2).sum() == 2  # the hottest expert holds two replicas
+    loads = placed.sum(axis=1)
+    linear = pi.reshape(2, -1).sum(axis=1)
+    assert loads.max() - loads.min() < linear.max() - linear.min()
+
+
+def test_eplb_brings_the_busiest_gpu_towards_the_mean_under_skew():
+    # DeepSeek-V3's 256 experts, top-8, over 8 GPUs, Zipf 1.0: without EPLB the busiest GPU
+    # computes far more rows than the mean; EPLB's placement, then redundant slots, even it out.
+    mean = 16384 * 8 / 8
+    plain, placed, spare = (ExpertLoad(256, 8, 8, 1.0, eplb, r).busiest(16384)[0] / mean
+                            for eplb, r in ((False, 0), (True, 0), (True, 32)))
+    assert plain > 1.4 and 1.0 < spare < placed < 1.1
+    # uniform routing: nothing to balance
+    assert ExpertLoad(256, 8, 8, 0.0, True, 0).busiest(16384)[0] == pytest.approx(
+        ExpertLoad(256, 8, 8, 0.0).busiest(16384)[0], rel=0.02)
+
+
+def test_eplb_in_a_scenario_prices_and_holds_its_copies():
+    data = _scenario(model={"base": "mixtral-8x7b", "routing_skew": 1.0},
+                     cluster={"tensor_parallel": 4, "expert_parallel": True, "eplb": True, "redundant_experts": 4})
+    sc = from_dict(data)
+    plain = from_dict(_scenario(model={"base": "mixtral-8x7b", "routing_skew": 1.0},
+                                cluster={"tensor_parallel": 4, "expert_parallel": True}))
+    assert sc.model.eplb and sc.model.redundant_experts == 4
+    routed = sc.model.num_moe_layers * 8 * sc.model.expert_params() * sc.model.weight_bytes_per_param
+    assert sc.model.weight_bytes - plain.model.weight_bytes == pytest.approx(routed * 4 / 8)
+    balanced, unbalanced = RooflineCostModel(sc.model, sc.gpu, 4), RooflineCostModel(plain.model, sc.gpu, 4)
+
+    def decode(n):
+        return StepPlan(request_ids=list(range(n)), num_new_tokens=[1] * n, num_context_tokens=[500] * n,
+                        num_decode_slots=n)
+
+    # Many rows: the busiest GPU's rows rule and EPLB evens them out. Few rows: every GPU reads
+    # all its replicas' weights, and a redundant copy is one more to read.
+    assert balanced.step_cost(decode(2048)).seconds < unbalanced.step_cost(decode(2048)).seconds
+    assert balanced.step_cost(decode(8)).seconds > unbalanced.step_cost(decode(8)).seconds
+    assert balanced.describe()["eplb"] and balanced.describe()["redundant_experts"] == 4
+
+
+@pytest.mark.parametrize("cluster, field, text", [
+    ({"tensor_parallel": 2, "eplb": True}, "cluster.eplb", "applies with cluster.expert_parallel: true"),
+    ({"tensor_parallel": 2, "expert_parallel": True, "redundant_experts": 2}, "cluster.redundant_experts",
+     "applies with cluster.eplb: true"),
+    ({"tensor_parallel": 2, "expert_parallel": True, "eplb": True, "redundant_experts": -1},
+     "cluster.redundant_experts", "must be >= 0"),
+])
+def test_bad_eplb_settings_name_the_field(cluster, field, text):
+    with pytest.raises(SimbatchError) as err:
+        from_dict(_scenario(cluster=cluster), "s.yaml")
+    assert err.value.where == f"s.yaml: {field}" and text in str(err.value), err.value
+
+
+def test_redundant_experts_must_split_over_the_gpus():
+    sc = from_dict(_scenario(cluster={"tensor_parallel": 4, "expert_parallel": True, "eplb": True,
+                                      "redundant_experts": 2}))
+    with pytest.raises(SimbatchError, match="8 experts \\+ 2 redundant do not split evenly over 4 GPUs"):
+        RooflineCostModel(sc.model, sc.gpu, 4)

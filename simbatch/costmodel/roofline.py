@@ -210,6 +210,8 @@ class RooflineCostModel(PricedByWork):
             moe = {"expert_parallel": self.expert_parallel, "expert_dispatch": m.expert_dispatch}
             if m.attention_data_parallel > 1:
                 moe["attention_data_parallel"] = m.attention_data_parallel
+            if m.eplb:
+                moe.update(eplb=True, redundant_experts=m.redundant_experts)
         if m.routing_skew:
             moe["routing_skew"] = m.routing_skew
         return {"kind": "roofline", "source": "analytic", "model": self.model.name,
@@ -247,7 +249,8 @@ class RooflineCostModel(PricedByWork):
             self._expert_bytes = float(m.num_moe_layers * expert * m.weight_bytes_per_param)
             width = m.moe_intermediate_size // part
             self._expert_act_row = float(m.num_moe_layers * dt * (h + (2 if m.gated_mlp else 1) * width + width + h))
-            self._load = ExpertLoad(m.num_experts, m.experts_per_token, self.expert_parallel, m.routing_skew)
+            self._load = ExpertLoad(m.num_experts, m.experts_per_token, self.expert_parallel, m.routing_skew,
+                                    m.eplb, m.redundant_experts)
         # LM head (vocab-parallel, kept in 16 bits): one row of logits per slot.
         vocab = m.vocab_size / tp
         self._lm_inv_flops = 1.0 / (g.peak_flops * p["compute_eff"])
@@ -671,6 +674,9 @@ def check_expert_parallel(model: ModelSpec, tp: int, where: str) -> int:
                             if model.attention_data_parallel > 1 else
                             f"tensor_parallel {tp} does not split {model.name}'s {model.num_experts} "
                             f"experts evenly over its GPUs")
+    if (model.num_experts + model.redundant_experts) % ep:
+        raise SimbatchError("cluster.redundant_experts", f"{model.num_experts} experts + {model.redundant_experts} "
+                                                         f"redundant do not split evenly over {ep} GPUs")
     return ep
 
 

@@ -26,6 +26,16 @@ form; :func:`rank_load_table` estimates both once per (E, k, ep, skew) by a seed
 draw over a grid of token counts (deterministic, cached per process), drawing each expert's
 row count as an independent binomial ``B(T, pi_e)`` (this ignores that a token's ``k`` picks
 are distinct; tests/test_moe_ep.py checks it against exact per-token draws).
+
+**EPLB** (DeepSeek's expert-parallel load balancer, vLLM's ``--enable-eplb`` with
+``num_redundant_experts``): ``R`` extra expert slots hold copies of the most loaded experts and
+the ``E + R`` replicas are packed onto the GPUs so that each GPU's expected load is as even as
+whole replicas allow (deepseek-ai/EPLB ``eplb.py``: ``replicate_experts`` gives each extra
+slot to the expert with the highest load per replica, ``balanced_packing`` deals the replicas
+by decreasing load, each to the least loaded GPU with a free slot). The load is the expected
+one, ``pi``: EPLB rebalances from observed counts, which converge to it. A token routed to an
+expert with ``c`` replicas goes to one of them at random, so a replica's rows are drawn as
+``B(T, pi_e / c)``; the table then takes the busiest GPU over these replicas, as without EPLB.
 """
 
 from __future__ import annotations
@@ -71,15 +81,42 @@ def expected_distinct(pi: np.ndarray, tokens: float) -> float:
     return float(np.sum(-np.expm1(tokens * np.log1p(-np.minimum(pi, 1 - 1e-16))))) if tokens else 0.0
 
 
-@lru_cache(maxsize=64)
-def rank_load_table(num_experts: int, k: int, ep: int, skew: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(token counts, expected max rows over GPUs, expected max distinct experts over GPUs) of
-    ``ep``-way expert parallelism (see the module docstring); arrays, read-only."""
+def eplb_placement(pi: np.ndarray, ep: int, redundant: int) -> np.ndarray:
+    """Each GPU's replicas as their routing chance, shape ``(ep, (E + redundant) / ep)``: the
+    ``redundant`` extra slots go one by one to the expert with the highest ``pi`` per replica,
+    then the replicas, by decreasing chance, each to the least loaded GPU with a free slot
+    (ties to the lowest index); see the module docstring."""
+    copies = np.ones(len(pi), dtype=np.int64)
+    for _ in range(redundant):
+        copies[np.argmax(pi / copies)] += 1
+    share = np.repeat(pi / copies, copies)
+    slots = len(share) // ep
+    load, placed = np.zeros(ep), [[] for _ in range(ep)]
+    for x in share[np.argsort(-share, kind="stable")]:
+        gpu = min((g for g in range(ep) if len(placed[g]) < slots), key=lambda g: (load[g], g))
+        placed[gpu].append(x)
+        load[gpu] += x
+    return np.array(placed)
+
+
+def replica_chances(num_experts: int, k: int, ep: int, skew: float, eplb: bool, redundant: int) -> np.ndarray:
+    """Each GPU's experts (or, under EPLB, replicas) as their chance to receive a token's row,
+    shape ``(ep, slots per GPU)``."""
     pi = inclusion(num_experts, k, skew)
+    return eplb_placement(pi, ep, redundant) if eplb else pi.reshape(ep, -1)
+
+
+@lru_cache(maxsize=64)
+def rank_load_table(num_experts: int, k: int, ep: int, skew: float, eplb: bool = False,
+                    redundant: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(token counts, expected max rows over GPUs, expected max distinct experts over GPUs) of
+    ``ep``-way expert parallelism, with EPLB's placement when ``eplb`` (see the module
+    docstring); arrays, read-only."""
+    chances = replica_chances(num_experts, k, ep, skew, eplb, redundant).ravel()
     rng = np.random.default_rng(_SEED)
     rows, distinct = [], []
     for tokens in _GRID:
-        counts = rng.binomial(int(tokens), pi, size=(_SAMPLES, num_experts)).reshape(_SAMPLES, ep, -1)
+        counts = rng.binomial(int(tokens), chances, size=(_SAMPLES, len(chances))).reshape(_SAMPLES, ep, -1)
         rows.append(counts.sum(axis=2).max(axis=1).mean())
         distinct.append((counts > 0).sum(axis=2).max(axis=1).mean())
     # No tokens, no load: the first point lets fractional counts (pipeline micro-batches) interpolate.
@@ -93,15 +130,17 @@ class ExpertLoad:
     """Per step of ``T`` tokens: the experts touched and, under ``ep``-way expert parallelism,
     the busiest GPU's rows and distinct experts (``ep`` 1: the whole model on one group)."""
 
-    def __init__(self, num_experts: int, k: int, ep: int = 1, skew: float = 0.0):
+    def __init__(self, num_experts: int, k: int, ep: int = 1, skew: float = 0.0, eplb: bool = False,
+                 redundant: int = 0):
         self.num_experts, self.k, self.ep, self.skew = num_experts, k, ep, float(skew)
         self.pi = inclusion(num_experts, k, skew)
         self._uniform = not skew or k >= num_experts
-        self._table = rank_load_table(num_experts, k, ep, float(skew)) if ep > 1 else None
+        eplb = bool(eplb) and ep > 1
+        self._table = rank_load_table(num_experts, k, ep, float(skew), eplb, redundant) if ep > 1 else None
         if self._table is not None:  # beyond the grid: the last ratio of max to mean rows, experts by rank
             grid, rows, _ = self._table
             self._rows_ratio = rows[-1] / (grid[-1] * k / ep)
-            self._pi_by_rank = self.pi.reshape(ep, -1)
+            self._pi_by_rank = replica_chances(num_experts, k, ep, float(skew), eplb, redundant)
 
     def distinct(self, tokens: float) -> float:
         """Distinct experts ``tokens`` tokens touch on average (all GPUs together)."""
