@@ -67,7 +67,7 @@ class RoundRobinRouter(Router):
         self.turn = 0  # the full set's counter, kept apart: it is the common case
 
     def pick(self, seq: Sequence, candidates: list, now: float):
-        if candidates is self.replicas or len(candidates) == len(self.replicas):
+        if len(candidates) == len(self.replicas):  # every replica (candidates are a subset)
             turn, self.turn = self.turn, self.turn + 1
             return candidates[turn % len(candidates)]
         key = tuple(r.index for r in candidates)
