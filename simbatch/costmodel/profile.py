@@ -18,6 +18,11 @@ weights, the paged-KV gather, glue operators), added to ``misc``, and the
 backend's host time per step (building the step's index tensors), added to
 ``overhead``. Profiles without those rows price exactly as before.
 
+A mixture of experts prices its routed experts (part ``experts``) from the measured
+``mlp_up`` / ``mlp_down`` curves at each touched expert's rows, and its shared experts,
+dense layers and routers in ``linear`` (:mod:`simbatch.costmodel.profile_moe`); a dense
+model's prices do not change.
+
 Every fit (curves, efficiencies, backend terms) is done by
 :func:`simbatch.costmodel.profile_fit.fit_profile_model`, the one way to build
 this model from a profile; the class only prices with what it is given.
@@ -33,6 +38,7 @@ from operator import mul
 
 from simbatch.costmodel.base import StepCost
 from simbatch.costmodel.fit import FittedProfile
+from simbatch.costmodel.profile_moe import ProfileExperts, mlp_layer_weight
 from simbatch.costmodel.roofline import (
     DEFAULT_PARAMS,
     PricedByWork,
@@ -47,6 +53,7 @@ from simbatch.plan import StepPlan
 # The roofline's counting (plan_work, counts, attn_seconds) is reused on purpose: its
 # counting of tokens, pairs, KV reads, FLOPs and bytes stays the one definition.
 GEMMS = ("qkv_proj", "o_proj", "mlp_up", "mlp_down")
+MLP_OPS = ("mlp_up", "mlp_down")
 LINEAR_OPS = (*GEMMS, "misc_layer")
 OVERHEAD_PARAMS = ("step_overhead_s", "per_seq_overhead_s", "per_token_overhead_s")
 # Features of the backend terms, per step (see backend_features).
@@ -90,6 +97,16 @@ class ProfileCostModel(PricedByWork):
         self._overhead = overhead
         self._roof = RooflineCostModel(self.model, self.gpu, self.tensor_parallel,
                                        **self.fallback_efficiency, **overhead)
+        m = self.model
+        self._moe = m.is_moe
+        # The roofline's rule: with all2all dispatch the MoE layers' second all-reduce is an all-to-all.
+        self._a2a = self._moe and m.expert_parallel and m.expert_dispatch == "all2all" \
+            and self._roof.expert_parallel > 1
+        self._experts = None
+        if self._moe:
+            self._experts = ProfileExperts(fitted.curves["mlp_up"], fitted.curves["mlp_down"], self.model,
+                                           self.tensor_parallel, self._roof.expert_parallel, self.gpu,
+                                           self.fallback_efficiency)
         self._precompute()
         self.backend_terms = backend_terms
         self._forward_terms = self._host_terms = None
@@ -111,6 +128,11 @@ class ProfileCostModel(PricedByWork):
             out["backend_terms"] = {part: {k: float(f"{v:.4g}") for k, v in terms.items()}
                                     for part, terms in self.backend_terms.items()
                                     if part in ("forward", "host")}
+        if self._moe:  # the roofline's expert layout keys, and how the experts are priced
+            roof = self._roof.describe()
+            out.update({k: roof[k] for k in ("expert_parallel", "expert_dispatch", "attention_data_parallel",
+                                             "eplb", "redundant_experts", "routing_skew") if k in roof})
+            out["experts"] = self._experts.describe()
         return out
 
     def _fallback_parts(self) -> list[str]:
@@ -118,17 +140,24 @@ class ProfileCostModel(PricedByWork):
         parts = [p for p in ("lm_head", "attn_prefill", "attn_decode") if p not in f.curves and p not in f.attn]
         if self.tensor_parallel > 1 and "allreduce" not in f.curves:
             parts.append("allreduce")
+        if self._moe:  # never in a profile: the router GEMM, and the experts' all-to-all
+            parts += ["router"] + (["all_to_all"] if self._a2a else [])
         return parts + ([] if f.overhead else ["overhead"])
 
     def _precompute(self) -> None:
         """Per-step multipliers and attention coefficients (scaled to all layers)."""
         f, layers = self.fitted, self.model.num_layers
         per = {op: layers if f.scopes.get(op, "layer") == "layer" else 1 for op in f.curves}
-        self._lin_ops = [(f.curves[op], per[op]) for op in LINEAR_OPS if op in f.curves]
+        reduces = 2
+        if self._moe:  # the measured MLP runs as dense layers and shared experts only (profile_moe)
+            per.update(dict.fromkeys(MLP_OPS, mlp_layer_weight(self.model)))
+            if self._a2a:  # the MoE layers' second all-reduce is an all-to-all
+                reduces = 2 - self.model.num_moe_layers / layers
+        self._lin_ops = [(f.curves[op], per[op]) for op in LINEAR_OPS if op in f.curves and per[op]]
         self._misc = (f.curves["misc_step"], per["misc_step"]) if "misc_step" in f.curves else None
         self._lm = (f.curves["lm_head"], per["lm_head"]) if "lm_head" in f.curves else None
         # Two all-reduces per layer (after O and after the MLP down projection).
-        self._ar = (f.curves["allreduce"], 2 * per["allreduce"]) if "allreduce" in f.curves else None
+        self._ar = (f.curves["allreduce"], reduces * per["allreduce"]) if "allreduce" in f.curves else None
         self._pre = _all_layers(f.attn.get("attn_prefill"), layers)
         self._dec = _all_layers(f.attn.get("attn_decode"), layers)
         # Memo tables: a run prices the same few thousand token counts over and over.
@@ -156,6 +185,10 @@ class ProfileCostModel(PricedByWork):
             "overhead": self.overhead(work, live),
             "misc": misc,
         }
+        if self._moe:
+            bd["experts"] = lin[3]
+            if lin[4] is not None:
+                bd["all_to_all"] = lin[4]
         flops, nbytes = self._roof.counts(kept)
         return StepCost(sum(bd.values()), bd, flops, nbytes)
 
@@ -174,23 +207,34 @@ class ProfileCostModel(PricedByWork):
         roofline says which resource binds and by how much; the measurement says how long)."""
         cost = self.price(work, work, 0)
         kernels = cost.seconds - cost.breakdown["allreduce"] - cost.breakdown["overhead"]
+        if self._moe:
+            kernels -= cost.breakdown.get("all_to_all", 0.0)
         c, m = self._roof.bounds(work)
         top = max(c, m)
         return (kernels * c / top, kernels * m / top) if top > 0 else (0.0, 0.0)
 
-    def _token_parts(self, tokens: int) -> tuple[float, float, float]:
-        """(linear, all-reduce, misc) seconds of a step computing ``tokens`` rows."""
+    def _token_parts(self, tokens: int) -> tuple:
+        """(linear, all-reduce, misc) seconds of a step computing ``tokens`` rows; for a mixture
+        of experts also its routed experts' and all-to-all's (None without one)."""
         if not tokens:
-            return 0.0, 0.0, 0.0
+            return (0.0, 0.0, 0.0, 0.0, 0.0 if self._a2a else None) if self._moe else (0.0, 0.0, 0.0)
         lin = sum(curve(tokens) * n for curve, n in self._lin_ops)
         misc = self._misc[0](tokens) * self._misc[1] if self._misc else 0.0
+        roof = None  # the re-targeted roofline's parts of this step, where needed
         if self.tensor_parallel == 1:
             ar = 0.0
         elif self._ar:
             ar = self._ar[0](tokens) * self._ar[1]
         else:
-            ar = self._roof.step_cost(StepPlan([0], [tokens], [0])).breakdown["allreduce"]
-        return lin, ar, misc
+            roof = self._roof.step_cost(StepPlan([0], [tokens], [0])).breakdown
+            ar = roof["allreduce"]
+        if not self._moe:
+            return lin, ar, misc
+        a2a = None
+        if self._a2a:
+            roof = roof or self._roof.step_cost(StepPlan([0], [tokens], [0])).breakdown
+            a2a = roof["all_to_all"]
+        return lin + self._experts.router(tokens), ar, misc, self._experts.routed(tokens), a2a
 
     def _lm_head(self, rows: int) -> float:
         """LM head seconds for ``rows`` logit rows (fitted, else the scaled roofline)."""

@@ -12,6 +12,11 @@ or derived what-if) to a cost model:
 3. the backend terms from whole measured steps (:func:`fit_backend_terms`),
    priced by the model assembled from 1 and 2.
 
+For a mixture of experts the profile measures a dense model of its layers
+(``profile_moe.measured_twin``: the same attention, an MLP of the routed experts'
+width); 2 and 3 are fitted on that twin, which is what was measured, and the
+mixture is then priced from the same curves (:mod:`simbatch.costmodel.profile_moe`).
+
 The cost model's constructor does no fitting: it prices with what it is given.
 """
 
@@ -24,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from simbatch.costmodel.fit import FittedProfile, _nnls, column, fit_profile
+from simbatch.costmodel.profile_moe import measured_twin
 from simbatch.costmodel.profile import (
     BACKEND_FEATURES,
     GEMMS,
@@ -43,6 +49,14 @@ from simbatch.plan import StepPlan
 # left out of the refit: on a shared CPU another process can stall a whole plan's repeats.
 OUTLIER_FLOOR, OUTLIER_FACTOR = 0.3, 4.0
 _SHAPES = ("hidden_size", "num_heads", "num_kv_heads", "head_dim", "intermediate_size", "gated_mlp")
+MOE = "a mixture of experts"  # the one special feature (ModelSpec.special_features) a profile prices
+
+
+def unpriced_features(model: ModelSpec) -> list[str]:
+    """What ``model`` has that a measured profile cannot price, in words (empty when it can):
+    a profile measures 16-bit GEMMs and standard attention, so latent attention and quantised
+    weights or KV caches are refused; a mixture of experts is priced from the measured MLP."""
+    return [f for f in model.special_features if f != MOE]
 
 
 def fit_profile_model(profile, model: ModelSpec | str | dict, gpu: GPUSpec | str | dict,
@@ -54,6 +68,10 @@ def fit_profile_model(profile, model: ModelSpec | str | dict, gpu: GPUSpec | str
     one-line error at ``where``."""
     model, gpu = get_model(model, "model"), get_gpu(gpu, "gpu")
     tensor_parallel = check_tensor_parallel(tensor_parallel, model, "tensor_parallel")
+    unpriced = unpriced_features(model)
+    if unpriced:
+        raise SimbatchError(f"{where}.kind", f"a profile measures dense 16-bit models; {model.name} has "
+                                             f"{' and '.join(unpriced)}: use kind roofline")
     source = profile_origin(profile.header)
     _check_matches(profile.header, model, tensor_parallel, where)
     try:
@@ -63,14 +81,15 @@ def fit_profile_model(profile, model: ModelSpec | str | dict, gpu: GPUSpec | str
     missing = [op for op in GEMMS if op not in fitted.curves]
     if missing:
         raise SimbatchError(where, f"profile {source} lacks {', '.join(missing)}")
-    efficiency = fallback_efficiencies(fitted, model, gpu, tensor_parallel)
-    args = (fitted, efficiency, model, gpu, tensor_parallel)
+    twin = measured_twin(model)  # the model itself when dense
+    efficiency = fallback_efficiencies(fitted, twin, gpu, tensor_parallel)
     options = {"source": source, "path": path, "overhead": overhead}
-    try:
-        terms = fit_backend_terms(ProfileCostModel(*args, **options), profile)
+    try:  # fitted on the model the steps were measured on; a mixture takes its twin's terms
+        terms = fit_backend_terms(ProfileCostModel(fitted, efficiency, twin, gpu, tensor_parallel, **options),
+                                  profile)
     except ValueError as exc:
         raise SimbatchError(where, f"profile {source}: {exc}") from None
-    return ProfileCostModel(*args, **options, backend_terms=terms)
+    return ProfileCostModel(fitted, efficiency, model, gpu, tensor_parallel, **options, backend_terms=terms)
 
 
 def fallback_efficiencies(fitted: FittedProfile, model: ModelSpec, gpu: GPUSpec, tp: int) -> dict[str, float]:
@@ -207,10 +226,17 @@ def fit_efficiencies(compute: np.ndarray, memory: np.ndarray, measured: np.ndarr
 
 
 def _check_matches(header: dict, model: ModelSpec, tp: int, where: str) -> None:
-    """The profile was measured for this model's layer shapes and this TP degree."""
+    """The profile was measured for this model's layer shapes (a mixture of experts: its
+    attention, and an MLP of its routed experts' width) and this TP degree."""
     shapes = header.get("model") or {}
+    twin = measured_twin(model)
     for key in _SHAPES:
-        if key in shapes and shapes[key] != getattr(model, key):
+        if key in shapes and shapes[key] != getattr(twin, key):
+            if model.is_moe and key == "intermediate_size":
+                raise SimbatchError(where, f"profile measured {shapes.get('name', 'a model')} with {key} "
+                                           f"{shapes[key]}, but the scenario's {model.name} has routed experts "
+                                           f"{model.moe_intermediate_size} wide (moe_intermediate_size): a profile "
+                                           "prices the experts from a measured MLP of their width")
             raise SimbatchError(where, f"profile measured {shapes.get('name', 'a model')} with {key} "
                                        f"{shapes[key]}, but the scenario's {model.name} has {getattr(model, key)}")
     measured_tp = int(header.get("tensor_parallel") or 1)

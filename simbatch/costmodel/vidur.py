@@ -142,10 +142,17 @@ def describe_shipped() -> str:
     return "; ".join(f"{m} on {g} (tensor_parallel {'/'.join(tps)})" for (m, g), tps in by_pair.items())
 
 
-def shipped_profile(gpu: str, model: str, tp: int) -> Profile | None:
-    """The shipped Vidur knots for (gpu, model, tp) as a profile, or None if not shipped."""
-    if (gpu, model, tp) not in shipped_pairs():
-        return None
+def shipped_profile(gpu: str, model: str | ModelSpec, tp: int) -> Profile | None:
+    """The shipped Vidur knots for (gpu, model, tp) as a profile, or None if not shipped. A
+    mixture of experts (a spec, or a preset's name) takes the shipped dense model whose layers
+    it has: the same attention and an MLP of its routed experts' width (Mixtral-8x7B's are
+    Llama-3-8B's; :mod:`simbatch.costmodel.profile_moe` prices the experts from that MLP)."""
+    name = model if isinstance(model, str) else model.name
+    if (gpu, name, tp) not in shipped_pairs():
+        name = _shipped_twin(gpu, model, tp)
+        if name is None:
+            return None
+    model = name
     table = _knot_table()
     rows = table[(table.gpu == gpu) & (table.model == model) & (table.tp == tp)]
     frames = [_op_rows(op, pd.Series(rows[op].to_numpy(), index=rows["num_tokens"].to_numpy()), tp)
@@ -154,6 +161,27 @@ def shipped_profile(gpu: str, model: str, tp: int) -> Profile | None:
     note = "Shipped knots (simbatch/costmodel/data/vidur_knots.csv), not every measured point."
     header = _header(get_model(model), gpu, tp, origin, (note,))
     return Profile(header, pd.concat(frames, ignore_index=True))
+
+
+_TWIN_SHAPES = ("hidden_size", "num_heads", "num_kv_heads", "head_dim", "gated_mlp")
+
+
+def _shipped_twin(gpu: str, model: str | ModelSpec, tp: int) -> str | None:
+    """The shipped dense model measured with ``model``'s layers when ``model`` is a mixture of
+    experts (its attention shapes, and an MLP as wide as its routed experts), else None."""
+    if isinstance(model, str):
+        try:
+            model = get_model(model)
+        except SimbatchError:  # not a preset: nothing shipped can match by name
+            return None
+    if not model.is_moe:
+        return None
+    for g, name, t in shipped_pairs():
+        dense = get_model(name)
+        if (g == gpu and t == tp and dense.intermediate_size == model.moe_intermediate_size
+                and all(getattr(dense, k) == getattr(model, k) for k in _TWIN_SHAPES)):
+            return name
+    return None
 
 
 @functools.cache
