@@ -67,3 +67,33 @@ def test_a_padded_run_priced_at_once_is_each_step_priced_alone(overheads, tp):
             assert seconds == [c.seconds for c in alone]
             assert flops == [c.useful_flops for c in alone]
             assert nbytes == [c.useful_bytes for c in alone]
+
+
+# Dense roofline models whose two-stream price takes RooflineCostModel._two_stream_cost (tensor
+# parallelism, FP8 weights' kept compute term, per-sequence and per-token overheads, no tiling),
+# and an MoE one that keeps the general price_streams.
+STREAM_MODELS = [
+    ROOFLINE,
+    RooflineCostModel("llama-2-70b", "h100-sxm", tensor_parallel=4, per_seq_overhead_s=3e-5,
+                      per_token_overhead_s=1e-6),
+    RooflineCostModel({"base": "llama-2-70b", "weight_quant": "fp8"}, "h100-sxm", tensor_parallel=2),
+    RooflineCostModel("llama-3-8b", "h100-sxm", gemm_tile_tokens=1),
+    RooflineCostModel("mixtral-8x7b", "a100-80gb", tensor_parallel=2),
+    PROFILE,
+]
+
+
+@pytest.mark.parametrize("cm", STREAM_MODELS, ids=["7b", "70b-tp4-overheads", "70b-fp8", "8b-untiled", "moe",
+                                                   "profile"])
+@settings(max_examples=80, deadline=None)
+@given(ctx=st.lists(st.integers(1, 4096), min_size=1, max_size=160),
+       chunks=st.lists(st.tuples(st.integers(0, 2048), st.integers(0, 4000)), min_size=1, max_size=3))
+def test_a_two_stream_mixed_cost_equals_step_cost(cm, ctx, chunks):
+    # The fast path prices chunked prefill's two-stream steps with mixed_cost(..., streams=2);
+    # every figure, the breakdown included (same keys, same order), must be the plan's price.
+    n = len(ctx)
+    new, cctx = [k for k, _ in chunks], [c for _, c in chunks]
+    plan = StepPlan(list(range(n + len(chunks))), [1] * n + new, ctx + cctx, None, n, 2)
+    fast, slow = cm.mixed_cost(n, sum(ctx), new, cctx, 2), cm.step_cost(plan)
+    assert same(fast, slow)
+    assert list(fast.breakdown) == list(slow.breakdown)

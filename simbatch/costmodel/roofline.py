@@ -317,6 +317,68 @@ class RooflineCostModel(PricedByWork):
         p = self.params
         return p["step_overhead_s"] + p["per_seq_overhead_s"] * live + p["per_token_overhead_s"] * work[0]
 
+    def mixed_cost(self, num_decodes: int, context_sum: int, chunk_new: list[int],
+                   chunk_ctx: list[int], streams: int = 1) -> StepCost:
+        # A two-stream step of a dense model takes the specialised price below (the fast
+        # path's chunked prefill with streams: 2 is mostly such steps); the rest, the base's.
+        if streams > 1 and num_decodes and not self._moe and sum(chunk_new):
+            return self._two_stream_cost(num_decodes, context_sum, chunk_new, chunk_ctx)
+        return super().mixed_cost(num_decodes, context_sum, chunk_new, chunk_ctx, streams)
+
+    def _two_stream_cost(self, n: int, s: int, chunk_new: list[int], chunk_ctx: list[int]) -> StepCost:
+        """:meth:`price_streams` of ``n`` decodes (contexts summing to ``s``) beside prefill
+        chunks holding at least one token, for a dense model, without the two ``price`` calls,
+        the two ``bounds`` calls and the breakdown dicts merged.
+
+        Bit-identical to the general path: each kernel's compute-side and memory-side seconds
+        are computed once, by the same expressions in the same order as :meth:`price` and
+        :meth:`bounds` compute them, and the sums below add the same floats in the same
+        order. Only additions of an exact ``0.0`` (a part's missing kernel, ``sum``'s start)
+        are left out; ``x + 0.0 == x`` for every price here (none is ``-0.0``), and
+        ``tests/test_fast_prices.py`` compares the two on random steps.
+        """
+        lft, lif, lwb, lat, ibw = (self._lin_flops_tok, self._lin_inv_flops, self._lin_weight_bytes,
+                                   self._lin_act_tok, self._inv_bw)
+        lmr, lmi, lmw, lma = self._lm_flops_row, self._lm_inv_flops, self._lm_weight_bytes, self._lm_act_row
+        fix, aif, aib, kvt = self._lin_fixed_tok, self._attn_inv_flops, self._attn_inv_bw, self._attn_kv_tok
+        # The decode micro-batch: decode_work(n, s) = (n tokens, n rows, (s + n, s + n, n), no prefill).
+        pairs = s + n
+        lin_c = self._gemm_tokens(n) * lft * lif + n * fix
+        lin_m = (lwb + n * lat) * ibw
+        lm_c, lm_m = n * lmr * lmi, (lmw + n * lma) * ibw
+        at_c, at_m = pairs * self._attn_flops_pair_dec * aif, (pairs * kvt + n * self._attn_q_tok_dec) * aib
+        lin_d, lm_d, attn_d = max(lin_c, lin_m), max(lm_c, lm_m), max(at_c, at_m)
+        compute, memory = lin_c + lm_c + at_c, lin_m + lm_m + at_m  # bounds(): linear, LM head, attention
+        own_d = lin_d + lm_d + attn_d  # price()'s kernels: linear, lm_head, (attn_prefill 0.0), attn_decode
+        flops = n * lft + n * lmr + pairs * self._attn_flops_pair_dec  # counts()
+        nbytes = pairs * kvt + n * self._attn_q_tok_dec
+        nbytes += lwb + n * lat
+        nbytes += lmw + n * lma
+        # The chunk micro-batch: p tokens, r logit rows, prefill attention only.
+        pre = _attn_sums(chunk_new, chunk_ctx)
+        p, r = pre[2], len(chunk_new) - chunk_new.count(0)
+        lin_c = self._gemm_tokens(p) * lft * lif + p * fix
+        lin_m = (lwb + p * lat) * ibw
+        lm_c, lm_m = r * lmr * lmi, (lmw + r * lma) * ibw
+        at_c, at_m = pre[0] * self._attn_flops_pair * aif, (pre[1] * kvt + p * self._attn_q_tok) * aib
+        lin_p, lm_p, attn_p = max(lin_c, lin_m), max(lm_c, lm_m), max(at_c, at_m)
+        compute += lin_c + lm_c + at_c
+        memory += lin_m + lm_m + at_m
+        own_p = lin_p + lm_p + attn_p  # linear, lm_head, attn_prefill, (attn_decode 0.0)
+        flops_p = p * lft + r * lmr + pre[0] * self._attn_flops_pair
+        nbytes_p = pre[1] * kvt + p * self._attn_q_tok
+        nbytes_p += lwb + p * lat
+        nbytes_p += lmw + r * lma
+        # price_streams: the parts' breakdowns added key by key, the whole step's overhead,
+        # and the time the streams hide.
+        linear, lm_head, ar = lin_d + lin_p, lm_d + lm_p, (n * self._ar_tok + self._ar_fixed) + (
+            p * self._ar_tok + self._ar_fixed)
+        over = self.overhead(StepWork((n + p, n + r, AttnWork((pairs, pairs, n)), pre)), n + len(chunk_new))
+        overlap = max(compute, memory, max(own_d, own_p)) - (own_d + own_p)
+        bd = {"linear": linear, "lm_head": lm_head, "attn_prefill": attn_p, "attn_decode": attn_d,
+              "allreduce": ar, "overhead": over, "stream_overlap": overlap}
+        return StepCost(linear + lm_head + attn_p + attn_d + ar + over + overlap, bd, flops + flops_p, nbytes + nbytes_p)
+
     def padded_decode_costs(self, num_slots: int, num_live: list[int], contexts) -> tuple[list, list, list]:
         """A padded batch's run of decode steps priced at once with numpy: the same
         operations, in the same order, as :meth:`price` on each step's
