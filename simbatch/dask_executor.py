@@ -69,6 +69,18 @@ class DaskExecutor:
             raise
         return results
 
+    def submit(self, fn, item):
+        """Start ``fn(item)`` on the cluster; its Dask future (``done``, ``result``, ``cancel``)."""
+        return self.client.submit(fn, item, pure=False)
+
+    def wait_any(self, futures) -> set:
+        """The done ones among ``futures``, waiting for the first to finish."""
+        from distributed import wait
+
+        if not futures:
+            raise ValueError("wait_any needs at least one future")
+        return set(wait(list(futures), return_when="FIRST_COMPLETED").done)
+
     def close(self) -> None:
         """Disconnect, and stop the LocalCluster if this executor started it."""
         self.client.close()

@@ -1,9 +1,14 @@
 """Where independent runs execute: in this process, a local process pool, or a Dask cluster.
 
-Every executor has one verb, :meth:`Executor.map`, which runs ``fn`` on each
-item and returns the results in item order, calling ``on_done(index, result)``
-as each finishes (for progress bars). A run is a function of its scenario and
-seed, so results do not depend on the executor.
+Every executor has two ways to run jobs. :meth:`Executor.map` runs ``fn`` on
+each item of a known batch and returns the results in item order, calling
+``on_done(index, result)`` as each finishes (for progress bars): what a sweep
+needs. :meth:`Executor.submit` starts one job and returns its future, and
+:meth:`Executor.wait_any` blocks until at least one of the given futures is
+done: what a caller needs whose next jobs depend on earlier answers (the
+capacity searches, which each go on as soon as their own runs are back rather
+than waiting for a whole batch). A run is a function of its scenario and seed,
+so results do not depend on the executor, nor on the order jobs finish in.
 """
 
 from __future__ import annotations
@@ -11,8 +16,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Callable, Iterable, Protocol
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_completed, wait
+from typing import Callable, Collection, Iterable, Protocol
 
 from simbatch.errors import SimbatchError
 
@@ -27,6 +32,14 @@ class Executor(Protocol):
 
     def map(self, fn: Callable, items: Iterable, on_done: OnDone | None = None) -> list:
         """``[fn(x) for x in items]``, possibly in parallel; results in item order."""
+        ...
+
+    def submit(self, fn: Callable, item) -> Future:
+        """Start ``fn(item)``; its future (``done()``, ``result()`` re-raising the job's error, ``cancel()``)."""
+        ...
+
+    def wait_any(self, futures: Collection) -> set:
+        """Block until at least one of ``futures`` (from :meth:`submit`) is done; the done ones."""
         ...
 
     def close(self) -> None:
@@ -47,8 +60,34 @@ class InlineExecutor:
                 on_done(i, results[-1])
         return results
 
+    def submit(self, fn, item) -> Future:
+        """Run ``fn(item)`` now; a future already done (with its result, or its error to re-raise)."""
+        return run_now(fn, item)
+
+    def wait_any(self, futures):
+        """Every future of this executor is done when ``submit`` returns."""
+        return wait_first(futures)
+
     def close(self) -> None:
         pass
+
+
+def run_now(fn: Callable, item) -> Future:
+    """``fn(item)`` run in this process, as a finished future: an error is kept for
+    ``result()`` to raise, as a pool's future does (interrupts still stop at once)."""
+    future: Future = Future()
+    try:
+        future.set_result(fn(item))
+    except Exception as exc:  # noqa: BLE001 - handed to whoever asks for the result
+        future.set_exception(exc)
+    return future
+
+
+def wait_first(futures: Collection) -> set:
+    """The done ones among ``futures``, waiting until there is at least one."""
+    if not futures:
+        raise ValueError("wait_any needs at least one future")
+    return wait(futures, return_when=FIRST_COMPLETED).done
 
 
 PR_SET_PDEATHSIG = 1  # Linux prctl(2): the signal a process gets when its parent dies
@@ -92,14 +131,8 @@ class ProcessExecutor:
         items = list(items)
         if self.workers == 1 or len(items) <= 1:
             return InlineExecutor().map(fn, items, on_done)
-        if self.pool is None:
-            # Workers load the user's policy files this process loaded (--policy-file), so a
-            # scenario naming such a policy runs there too, whatever the start method.
-            from simbatch.policies.registry import loaded_files
-
-            self.pool = ProcessPoolExecutor(self.workers, initializer=_init_worker,
-                                            initargs=(os.getpid(), loaded_files()))
-        futures = {self.pool.submit(fn, item): i for i, item in enumerate(items)}
+        pool = self._pool()
+        futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
         results: list = [None] * len(items)
         for fut in as_completed(futures):
             i = futures[fut]
@@ -108,9 +141,32 @@ class ProcessExecutor:
                 on_done(i, results[i])
         return results
 
+    def submit(self, fn, item) -> Future:
+        """Queue ``fn(item)`` on the pool (one worker: run it here, now, as ``map`` does)."""
+        if self.workers == 1:
+            return run_now(fn, item)
+        return self._pool().submit(fn, item)
+
+    def wait_any(self, futures):
+        """The done ones among ``futures``, waiting for the first to finish."""
+        return wait_first(futures)
+
+    def _pool(self) -> ProcessPoolExecutor:
+        """The pool, started on first use."""
+        if self.pool is None:
+            # Workers load the user's policy files this process loaded (--policy-file), so a
+            # scenario naming such a policy runs there too, whatever the start method.
+            from simbatch.policies.registry import loaded_files
+
+            self.pool = ProcessPoolExecutor(self.workers, initializer=_init_worker,
+                                            initargs=(os.getpid(), loaded_files()))
+        return self.pool
+
     def close(self) -> None:
+        """Stop the workers once their running jobs end; queued jobs nobody will read (a
+        search stopped by an error) are dropped rather than run."""
         if self.pool is not None:
-            self.pool.shutdown()
+            self.pool.shutdown(cancel_futures=True)
             self.pool = None
 
 

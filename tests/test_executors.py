@@ -46,20 +46,58 @@ def check_map(executor):
     assert (err.value.where, err.value.cause) == ("where", "cause")
 
 
+def check_submit(executor):
+    """submit + wait_any: every job's result once, whatever order they finish in; a job may be
+    submitted while others run (what the capacity searches do); errors come back whole."""
+    futures = {executor.submit(operator.neg, x): x for x in range(4)}
+    results = {}
+    while futures:
+        done = executor.wait_any(list(futures))
+        assert done and done <= set(futures)
+        for f in done:
+            x = futures.pop(f)
+            results[x] = f.result()
+            if x < 2:  # a follow-up job, submitted before the others are read
+                futures[executor.submit(operator.neg, 10 + x)] = 10 + x
+    assert results == {x: -x for x in (0, 1, 2, 3, 10, 11)}
+    bad = executor.submit(partial(fail, "where"), "cause")
+    assert executor.wait_any([bad]) == {bad}
+    with pytest.raises(SimbatchError) as err:
+        bad.result()
+    assert (err.value.where, err.value.cause) == ("where", "cause")
+    with pytest.raises(ValueError):
+        executor.wait_any([])
+
+
 def test_inline_executor_maps_in_order():
     check_map(InlineExecutor())
+    check_submit(InlineExecutor())
 
 
 def test_process_executor_maps_in_order():
+    for workers in (2, 1):  # one worker runs in this process, as map does
+        executor = ProcessExecutor(workers)
+        try:
+            check_map(executor)
+            check_submit(executor)
+            assert (executor.pool is None) == (workers == 1)
+        finally:
+            executor.close()
+
+
+def test_process_executor_drops_queued_jobs_on_close():
+    import time
+
     executor = ProcessExecutor(2)
-    try:
-        check_map(executor)
-    finally:
-        executor.close()
+    running = [executor.submit(time.sleep, 0.5) for _ in range(2)]
+    queued = [executor.submit(time.sleep, 0.5) for _ in range(6)]
+    executor.close()
+    assert all(f.done() for f in running + queued) and sum(f.cancelled() for f in queued) >= 4
 
 
 def test_dask_executor_maps_in_order(dask_executor):
     check_map(dask_executor)
+    check_submit(dask_executor)
     assert dask_executor.name == "dask" and len(dask_executor.client.scheduler_info()["workers"]) == 2
 
 
