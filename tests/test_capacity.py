@@ -414,21 +414,3 @@ def test_per_gpu_capacity_at_the_recommended_size_says_why_it_differs_from_one_r
     assert "1 did not hold" in whole and "headroom" in whole
     assert explain_per_gpu(Sizing(group.with_replicas(2), 2, 2, None), 30.0, one_replica_rate=15.2) == ""
     assert explain_per_gpu(Sizing(group.with_replicas(1), 1, 1, None), 10.0, one_replica_rate=3.0) == ""
-
-
-def test_each_round_of_probes_can_show_a_progress_bar():
-    """On a terminal, capacity shows each round's runs as a bar with a count and an ETA."""
-    import io
-
-    from simbatch.sweep.progress import Progress
-
-    stream = io.StringIO()
-    sc = from_dict({"workload": {"requests": [{"prompt": 64, "output": 4, "arrival_s": 0.1 * i} for i in range(8)]},
-                    "model": "llama-2-7b", "hardware": "a100-80gb", "policy": {"kind": "continuous"}})
-    res = find_capacity(sc, parse_slos(["ttft_p99_ms=500"]), [Candidate("continuous", None, None, 1, 1)],
-                        seeds=[0, 1], tolerance=0.5, executor=InlineExecutor(),
-                        bar=lambda n: Progress(n, stream=stream, live=True))
-    lines = [line.rsplit("\r", 1)[-1] for line in stream.getvalue().split("\n")[:-1]]  # a bar redraws after \r
-    # one candidate x two seeds: each round is two runs, and each round's bar ends full
-    assert len(lines) >= 3 and len(res.probes) == 2 * len(lines)
-    assert all(line.startswith("[" + "#" * 30 + "] 2/2 runs") and "ETA 0:00" in line for line in lines)

@@ -30,12 +30,12 @@ from simbatch.capacity.report import (
     format_table,
     write_capacity,
 )
-from simbatch.capacity.search import Bracket, drive, fewest_search, rate_search
+from simbatch.capacity.search import Bracket, drive, drive_concurrently, fewest_search, rate_search
 from simbatch.capacity.slo import SLOSpec, judge, parse_slos
 
 __all__ = [
     "GPU_HOUR_USD", "Boundary", "Bracket", "Candidate", "CapacityResult", "SLOSpec", "Sizing",
-    "candidate_scenario", "capacity_table", "default_seeds", "drive", "expand", "explain_boundary",
-    "explain_sizing", "fewest_search", "find_capacity", "format_table", "judge", "parse_slos",
-    "price_table", "rate_search", "write_capacity",
+    "candidate_scenario", "capacity_table", "default_seeds", "drive", "drive_concurrently", "expand",
+    "explain_boundary", "explain_sizing", "fewest_search", "find_capacity", "format_table", "judge",
+    "parse_slos", "price_table", "rate_search", "write_capacity",
 ]

@@ -1,15 +1,25 @@
 """Capacity planning: the highest rate each candidate sustains, and the replicas a target rate needs.
 
-:func:`find_capacity` runs two lockstep searches (:mod:`simbatch.capacity.search`)
+:func:`find_capacity` runs two kinds of search (:mod:`simbatch.capacity.search`)
 through a :class:`Prober`, which runs every (candidate, scale, seed) at most
-once, all seeds of all pending probes in one ``executor.map``:
+once. The searches run concurrently: each submits its probe's runs (one per
+seed) to the executor and goes on as soon as they are all back, without
+waiting for the other searches' probes (issue 15: lockstep rounds left cores
+idle behind each round's slowest probe):
 
 1. per candidate, the rate scale k at which the SLOs stop holding
    (bracket from k = 1 by doubling or halving, then bisect);
 2. with a target rate R, per (policy, GPU, model, TP), the fewest replicas
    that hold at R: a first guess from linear scaling of the measured
    per-replica rate, then simulated at R and moved up or down until the
-   smallest count that holds is found.
+   smallest count that holds is found. A group's sizing starts as soon as
+   the rate searches of its replica counts have ended.
+
+Determinism: a search sees only its own probes' answers, so it asks the same
+points and ends in the same place whatever order runs finish in; the probe
+table is sorted into the order lockstep rounds made it in (phase, step of the
+search, candidate, seed). The same recommendation, table and report come out
+with one worker or many.
 
 A probe holds only if it holds for every seed. Rates are k x the base rate:
 the rate of the workload as given (k = 1), averaged over the seeds.
@@ -42,14 +52,14 @@ from simbatch.capacity.search import (
     HOPELESS,
     MAX_REPLICAS,
     Bracket,
-    drive,
+    drive_concurrently,
     fewest_search,
     rate_search,
 )
 from simbatch.capacity.slo import SLOSpec, Verdict, judge
 from simbatch.errors import SimbatchError
 from simbatch.executors import Executor, InlineExecutor
-from simbatch.report.table import fmt_duration
+from simbatch.report.table import fmt_duration, fmt_num
 from simbatch.scenario import Scenario
 
 Log = Callable[[str], None]
@@ -107,43 +117,127 @@ class CapacityResult:
     probes: list[dict] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class SearchKey:
+    """One search of a capacity run: the rate search of candidate ``of`` (``phase`` RATE) or the
+    sizing of group ``of`` (``phase`` SIZING); ``rank`` is its place among its phase's searches.
+    (phase, the search's step, rank, seed) orders the probe table, so the table does not depend
+    on the order the runs finished in."""
+
+    phase: int
+    rank: int
+    of: Candidate
+
+
+RATE, SIZING = 0, 1
+
+
 class Prober:
-    """Runs probes through an executor, each (candidate, scale, seed) once, and judges them."""
+    """Runs probes through an executor, each (candidate, scale, seed) once, and judges them.
+
+    A search asks for a probe with :meth:`ask`: its runs (one per seed not run
+    yet) are submitted at once. :meth:`answers` waits for runs to finish and
+    hands back each search whose probe has all its seeds back, with its
+    answer, so each search goes on at its own pace (no rounds). Answers depend
+    only on the runs of the probe asked (and, for "halving did not help", on
+    the same search's probe at twice the rate), never on what else finished
+    first.
+    """
 
     def __init__(self, scenario: Scenario, slo: SLOSpec, seeds: list[int], executor: Executor,
                  log: Log = lambda line: None, bar: Callable[[int], object] | None = None):
         self.scenario, self.slo, self.seeds = scenario, slo, seeds
         self.executor, self.log = executor, log
-        self.bar = bar  # makes a progress bar (update, close) over a round's runs; None: no bar
+        # bar(n) makes a progress bar (total, update, close) over n runs; it grows as searches ask
+        # more. None: no bar.
+        self.bar, self.progress = bar, None
         self.records: dict[tuple[Candidate, float, int], tuple[dict, Verdict]] = {}
-        self.num_rounds = 0
-        self.phase = "rate search"  # for the log: "rate search" or "sizing"
+        self.order: dict[tuple[Candidate, float, int], tuple] = {}  # a run's place in the probe table
+        self.steps: dict[SearchKey, int] = {}  # probes each search asked so far
+        self.started: dict[SearchKey, float] = {}  # when each search asked its first probe
+        self.asked: dict[SearchKey, tuple[Candidate, float, set]] = {}  # the probe it waits on, runs still out
+        self.running: dict[object, tuple[Candidate, float, int]] = {}  # future -> its run
+        self.sent: dict[object, int] = {}  # future -> submission number (a batch is handled in that order)
+        self.num_sent = 0
+        self.waiters: dict[tuple[Candidate, float, int], list[SearchKey]] = {}  # a run in flight -> who waits
+        self.ready: list[SearchKey] = []  # searches whose probe is complete
         self.hopeless: dict[Candidate, str] = {}  # candidates whose rate search stopped early, and why
 
-    def holds(self, asked: list[tuple[Candidate, float]]) -> list[bool]:
-        """Whether each (candidate, scale) holds for every seed (new runs in one map)."""
-        todo = list(dict.fromkeys((c, k, s) for c, k in asked for s in self.seeds
-                                  if (c, k, s) not in self.records))
-        start = time.perf_counter()
-        jobs = [Probe(self.scenario, c, k, s, self.slo) for c, k, s in todo]
-        bar = self.bar(len(todo)) if self.bar and todo else None
-        try:
-            results = self.executor.map(run_probe, jobs, (lambda i, r: bar.update()) if bar else None)
-        finally:
-            if bar:
-                bar.close()
-        for key, record in zip(todo, results):
-            self.records[key] = (record, judge(record, self.slo))
-        self.num_rounds += 1
-        self.log(f"{self.phase} round {self.num_rounds}: {len(asked)} probe(s) x {len(self.seeds)} seed(s): "
-                 f"{len(todo)} new run(s) in {time.perf_counter() - start:.1f} s")
-        return [self._answer(c, k) for c, k in asked]
+    def ask(self, key: SearchKey, cand: Candidate, scale: float) -> None:
+        """Start probe (``cand``, ``scale``) for search ``key``: submit the runs not made yet."""
+        step = self.steps[key] = self.steps.get(key, 0) + 1
+        self.started.setdefault(key, time.perf_counter())
+        out = set()
+        for seed in self.seeds:
+            run = (cand, scale, seed)
+            # A run asked twice (sizing reusing a rate-search probe) keeps its first place.
+            self.order.setdefault(run, (key.phase, step, key.rank, seed))
+            if run in self.records:
+                continue
+            if run not in self.waiters:
+                self._submit(run)
+            self.waiters[run].append(key)
+            out.add(run)
+        self.asked[key] = (cand, scale, out)
+        if not out:
+            self.ready.append(key)
 
-    def _answer(self, cand: Candidate, scale: float):
-        """True, False, or (in the rate search) HOPELESS: it fails, and halving did not help."""
+    def _submit(self, run: tuple[Candidate, float, int]) -> None:
+        cand, scale, seed = run
+        future = self.executor.submit(run_probe, Probe(self.scenario, cand, scale, seed, self.slo))
+        self.running[future] = run
+        self.sent[future] = self.num_sent
+        self.num_sent += 1
+        self.waiters[run] = []
+        if self.bar is None:
+            return
+        if self.progress is None:
+            self.progress = self.bar(1)
+        else:
+            self.progress.total += 1  # the bar counts runs asked so far
+            self.progress.update(0)
+
+    def answers(self) -> list[tuple[SearchKey, object]]:
+        """Wait until some search's probe has every seed back; each such search with its answer."""
+        while not self.ready:
+            done = self.executor.wait_any(list(self.running))
+            for future in sorted(done, key=self.sent.__getitem__):
+                run = self.running.pop(future)
+                del self.sent[future]
+                record = future.result()  # re-raises the run's error
+                self.records[run] = (record, judge(record, self.slo))
+                if self.progress is not None:
+                    self.progress.update()
+                for key in self.waiters.pop(run):
+                    left = self.asked[key][2]
+                    left.discard(run)
+                    if not left:
+                        self.ready.append(key)
+        ready, self.ready = self.ready, []
+        return [(key, self._answer(key)) for key in ready]
+
+    def cancel(self) -> None:
+        """Drop the runs still queued (a search stopped by an error); running ones end on their own."""
+        for future in self.running:
+            future.cancel()
+        self.running.clear()
+
+    def close(self) -> None:
+        """Close the progress bar, if one was drawn."""
+        if self.progress is not None:
+            self.progress.close()
+            self.progress = None
+
+    def probes_of(self, key: SearchKey) -> int:
+        """How many probes search ``key`` asked."""
+        return self.steps.get(key, 0)
+
+    def _answer(self, key: SearchKey):
+        """True, False, or (in a rate search) HOPELESS: it fails, and halving did not help."""
+        cand, scale, _ = self.asked.pop(key)
         if self.verdict(cand, scale).holds:
             return True
-        why = self.phase == "rate search" and self.no_better(cand, scale)
+        why = key.phase == RATE and self.no_better(cand, scale)
         if not why:
             return False
         self.hopeless[cand] = why
@@ -194,9 +288,11 @@ class Prober:
         return out
 
     def rows(self, base_rate: float, gpu_names: dict[Candidate, str]) -> list[dict]:
-        """One row per run, in the order they were made (``probes.csv``)."""
+        """One row per run (``probes.csv``), by phase, then by each search's step, then by
+        candidate (as given) and seed: the order lockstep rounds made them in, whatever
+        order they finished in."""
         rows = []
-        for (c, k, s), (record, v) in self.records.items():
+        for (c, k, s), (record, v) in sorted(self.records.items(), key=lambda item: self.order[item[0]]):
             rows.append({"policy": c.policy, "hardware": gpu_names[c.with_replicas(1)], "model": c.model or "",
                          "tp": c.tp, "pp": c.pp, "replicas": c.replicas, "split": c.split_name, "scale": k,
                          "rate": k * base_rate, "seed": s,
@@ -211,8 +307,13 @@ def find_capacity(scenario: Scenario, slo: SLOSpec, candidates: list[Candidate],
     """Search each candidate's highest sustainable rate, then size each for ``target_rate`` (req/s).
 
     Every probe runs once per seed in ``seeds`` and holds only if all hold.
-    ``log`` receives one line per round of runs; ``bar(n)``, if given, makes a progress bar
-    (``update()``, ``close()``) for a round of n runs (:class:`simbatch.sweep.progress.Progress`).
+    The searches run concurrently through ``executor``: each goes on as soon as
+    its own probe is back, and a group's sizing starts as soon as the rate
+    searches of its replica counts are done. The result does not depend on the
+    order runs finish in. ``log`` receives one line per search as it ends;
+    ``bar(n)``, if given, makes one progress bar (``total``, ``update()``,
+    ``close()``; :class:`simbatch.sweep.progress.Progress`) whose total grows
+    with the runs asked so far.
     """
     if not seeds:
         raise SimbatchError("--seeds", "expected at least one seed")
@@ -226,47 +327,124 @@ def find_capacity(scenario: Scenario, slo: SLOSpec, candidates: list[Candidate],
     gpu_names, skipped = check_candidates(scenario, candidates, list(workloads.values()))
     live = [c for c in candidates if c not in skipped]
     prober = Prober(scenario, slo, seeds, executor or InlineExecutor(), log, bar)
-    brackets = drive({c: rate_search(1.0, tolerance) for c in live}, prober.holds)
+    plan = _Plan(prober, live, gpu_names, base_rate, tolerance, target_rate)
+    try:
+        plan.run()
+    except BaseException:
+        prober.cancel()
+        raise
+    finally:
+        prober.close()
     result = CapacityResult(scenario, slo, base_rate, seed_rates,
-                            [_boundary(prober, c, brackets[c]) for c in live], skipped, gpu_names, target_rate)
+                            [_boundary(prober, c, plan.brackets[c]) for c in live], skipped, gpu_names, target_rate)
     if target_rate is not None:
-        prober.phase = "sizing"
-        result.sizing = size_for(prober, result.boundaries, target_rate / base_rate)
+        result.sizing = plan.sizing()
     result.probes = prober.rows(base_rate, gpu_names)
     return result
+
+
+class _Plan:
+    """The searches of one capacity run, driven concurrently (:func:`drive_concurrently`).
+
+    Each candidate's rate search starts at once. With a target rate, the sizing
+    of a (policy, GPU, model, layout) group starts when the rate searches of all
+    its replica counts have ended (its first guess needs their boundaries), not
+    when every candidate's has: one slow candidate holds up only its own group.
+    """
+
+    def __init__(self, prober: Prober, live: list[Candidate], gpu_names: dict[Candidate, str],
+                 base_rate: float, tolerance: float, target_rate: float | None):
+        self.prober, self.gpu_names, self.base_rate = prober, gpu_names, base_rate
+        self.live, self.tolerance = live, tolerance
+        self.scale = target_rate / base_rate if target_rate is not None else None
+        self.target_rate = target_rate
+        self.groups = list(dict.fromkeys(c.with_replicas(1) for c in live))  # sizing order
+        self.left = {g: sum(c.with_replicas(1) == g for c in live) for g in self.groups}
+        self.brackets: dict[Candidate, Bracket] = {}
+        self.guesses: dict[Candidate, int | None] = {}
+        self.found: dict[Candidate, int | None] = {}
+
+    def run(self) -> None:
+        """Drive every search to its end."""
+        searches = {SearchKey(RATE, i, c): rate_search(1.0, self.tolerance) for i, c in enumerate(self.live)}
+        drive_concurrently(searches, self._ask, self.prober.answers, self._then)
+
+    def _ask(self, key: SearchKey, point) -> None:
+        if key.phase == RATE:
+            self.prober.ask(key, key.of, point)
+        else:
+            self.prober.ask(key, key.of.with_replicas(point), self.scale)
+
+    def _then(self, key: SearchKey, result) -> dict:
+        """Log a search that ended; a group's sizing search once its rate searches are all done."""
+        elapsed = time.perf_counter() - self.prober.started[key]
+        probes = f"{self.prober.probes_of(key)} probe(s) x {len(self.prober.seeds)} seed(s) in {elapsed:.1f} s"
+        if key.phase == SIZING:
+            self.found[key.of] = result
+            self.prober.log(f"sizing for {fmt_num(self.target_rate)} req/s done ({probes}): "
+                            f"{self._sized(key.of, result)}")
+            return {}
+        self.brackets[key.of] = result
+        self.prober.log(f"rate search {len(self.brackets)}/{len(self.live)} done ({probes}): "
+                        f"{key.of.label(self.gpu_names[key.of])} {self._bracket(result)}")
+        group = key.of.with_replicas(1)
+        self.left[group] -= 1
+        if self.scale is None or self.left[group]:
+            return {}
+        guess = self.guesses[group] = first_guess(
+            [(c, self.brackets[c]) for c in self.live if c.with_replicas(1) == group], self.scale)
+        if guess is None:
+            return {}
+        return {SearchKey(SIZING, self.groups.index(group), group): fewest_search(guess)}
+
+    def _bracket(self, b: Bracket) -> str:
+        """Where a rate search ended, in a few words."""
+        def at(k):
+            return f"{fmt_num(k * self.base_rate)} req/s (k={k:.3g})"
+        if b.lo is None:
+            return f"fails even at {at(b.hi)}" + ("; lower rates do not help" if b.hopeless else "")
+        if b.hi is None:
+            return f"holds at {at(b.lo)}, the highest scale searched"
+        return f"holds at {at(b.lo)}, fails at {at(b.hi)}"
+
+    def _sized(self, group: Candidate, n: int | None) -> str:
+        """``continuous on a100-80gb tp1: 3 replica(s) (first guess 3)``."""
+        g = group
+        head = (f"{g.policy} on {self.gpu_names[g]}{' ' + g.model if g.model else ''}"
+                f"{' ' + g.layout_name if g.layout_name else ''}{' as ' + g.split_name if g.split else ''}")
+        if n is None:
+            return f"{head}: still fails with {MAX_REPLICAS} replicas"
+        return f"{head}: {n} {'unit(s)' if group.split else 'replica(s)'} (first guess {self.guesses[group]})"
+
+    def sizing(self) -> dict[Candidate, Sizing]:
+        """Per group (in candidate order), the fewest replicas that held, and why one fewer did not."""
+        return {g: _sizing(self.prober, g, self.guesses.get(g), self.found.get(g), self.scale)
+                for g in self.groups}
+
+
+def first_guess(searched: list[tuple[Candidate, Bracket]], scale: float) -> int | None:
+    """Replicas of one group to try first at ``scale``: linear scaling of each searched replica
+    count's boundary (a candidate of r replicas holding at ``lo`` guesses ``scale x r / lo``),
+    the most optimistic (smallest) of them; None when none held anywhere.
+
+    The simulation then decides, since round-robin over n replicas is not exactly n times one.
+    """
+    guesses = [math.ceil(scale * c.replicas / b.lo - 1e-9) for c, b in searched if b.lo]
+    return min(guesses) if guesses else None
+
+
+def _sizing(prober: Prober, group: Candidate, guess: int | None, n: int | None, scale: float) -> Sizing:
+    """The :class:`Sizing` of ``group``: ``n`` replicas found from first guess ``guess``."""
+    if guess is None:
+        return Sizing(group, None, None, None, "fails the SLOs at every rate searched")
+    below = prober.verdict(group.with_replicas(n - 1), scale) if n and n > 1 else None
+    note = "" if n else f"still fails with {MAX_REPLICAS} replicas (the search limit)"
+    return Sizing(group.with_replicas(n or guess), n, guess, below, note)
 
 
 def _boundary(prober: Prober, cand: Candidate, b: Bracket) -> Boundary:
     return Boundary(cand, b.lo, b.hi, prober.verdict(cand, b.lo), prober.verdict(cand, b.hi),
                     prober.seed_boundaries(cand), prober.hopeless.get(cand) if b.hopeless else None)
-
-
-def size_for(prober: Prober, boundaries: list[Boundary], scale: float) -> dict[Candidate, Sizing]:
-    """Per (policy, GPU, model, TP), the fewest replicas that hold at ``scale``.
-
-    The first guess assumes the per-replica rate scales linearly (the most
-    optimistic guess over the replica counts searched); the simulation then
-    decides, since round-robin over n replicas is not exactly n times one.
-    """
-    guesses: dict[Candidate, int | None] = {}
-    for b in boundaries:
-        group = b.candidate.with_replicas(1)
-        guesses.setdefault(group, None)
-        if b.lo:  # the boundary's scale is b.lo for b.candidate.replicas replicas
-            guess = math.ceil(scale * b.candidate.replicas / b.lo - 1e-9)
-            guesses[group] = min(guess, guesses[group] or guess)
-    searches = {g: fewest_search(m) for g, m in guesses.items() if m is not None}
-    found = drive(searches, lambda asked: prober.holds([(g.with_replicas(m), scale) for g, m in asked]))
-    out = {}
-    for group, guess in guesses.items():
-        if guess is None:
-            out[group] = Sizing(group, None, None, None, "fails the SLOs at every rate searched")
-            continue
-        n = found[group]
-        below = prober.verdict(group.with_replicas(n - 1), scale) if n and n > 1 else None
-        note = "" if n else f"still fails with {MAX_REPLICAS} replicas (the search limit)"
-        out[group] = Sizing(group.with_replicas(n or guess), n, guess, below, note)
-    return out
 
 
 def base_workload(scenario: Scenario, seed: int):

@@ -1,11 +1,21 @@
-"""Searches for a boundary of a monotone yes/no question, run in lockstep.
+"""Searches for a boundary of a monotone yes/no question, and two ways to drive many at once.
 
 Each search is a generator: it yields the next point it wants to know about
 and is sent back whether that point *holds*; when it has its answer it
 returns it. Writing the searches this way keeps them free of simulation, so
-they can be tested with a fake oracle, and lets :func:`drive` ask the
-question for every live search at once: the probes of different candidates
-are independent, so one step of all bisections is one ``executor.map``.
+they can be tested with a fake oracle. The searches of different candidates
+are independent, so they can be driven together:
+
+* :func:`drive` in lockstep: each round asks every live search's next point
+  in one call (one ``executor.map``), and the next round waits for the
+  slowest answer of this one;
+* :func:`drive_concurrently` as answers come: each search is sent its answer,
+  and asks its next point, as soon as that answer is known, whatever the
+  other searches are waiting for (the capacity planner's way: no core idles
+  while one slow probe finishes a round).
+
+A search sees only its own answers, so each one asks the same points and
+returns the same result under either driver, in whatever order answers come.
 
 Both searches assume monotonicity (a higher rate fails if a lower one fails;
 more replicas hold if fewer hold); a noisy oracle can break that, which is
@@ -137,6 +147,53 @@ def drive(searches: dict[Hashable, Search],
         for (key, _), answer in zip(asked, holds(asked)):
             _advance(key, searches[key], answer, pending, results)
     return results
+
+
+def drive_concurrently(searches: dict[Hashable, Search], ask: Callable[[Hashable, object], None],
+                       answers: Callable[[], list[tuple[Hashable, object]]],
+                       then: Callable[[Hashable, object], dict[Hashable, Search] | None] | None = None,
+                       ) -> dict[Hashable, object]:
+    """Run every search to its end, each at its own pace; returns each one's result by key.
+
+    ``ask(key, point)`` starts finding out whether ``point`` holds for search
+    ``key`` and returns at once; ``answers()`` blocks until at least one asked
+    point is answered and returns the answered ``(key, answer)`` pairs, in any
+    order. Each search is sent its answer, and its next point asked, as soon as
+    that answer is back. ``then(key, result)``, called as each search ends, may
+    return new searches to start (the sizing of a group once its rate searches
+    are done). Results are ordered as the searches were given (new ones after),
+    so they do not depend on the order answers came in.
+    """
+    order = list(searches)
+    results: dict[Hashable, object] = {}
+    live = dict(searches)
+    waiting: set = set()
+
+    def step(key, answer) -> None:
+        pending: dict = {}
+        _advance(key, live[key], answer, pending, results)
+        if key in pending:
+            waiting.add(key)
+            ask(key, pending[key])
+            return
+        del live[key]
+        new = then(key, results[key]) if then else None
+        for new_key, gen in (new or {}).items():
+            if new_key in live or new_key in results:
+                raise ValueError(f"search {new_key!r} started twice")
+            live[new_key] = gen
+            order.append(new_key)
+            step(new_key, None)
+
+    for key in list(searches):
+        step(key, None)
+    while waiting:
+        for key, answer in answers():
+            if key not in waiting:
+                raise ValueError(f"an answer for {key!r}, which asked nothing")
+            waiting.discard(key)
+            step(key, answer)
+    return {key: results[key] for key in order}
 
 
 def _advance(key, gen: Search, answer, pending: dict, results: dict) -> None:

@@ -66,10 +66,11 @@ def run(args) -> None:
     print(f"{scenario.name}: SLO {slo.describe()}; seeds {','.join(map(str, seeds))}; "
           f"{len(candidates)} candidate(s)", flush=True)
     executor = make_args_executor(args)
+    bar = _SearchBar()
     try:
         result = find_capacity(scenario, slo, candidates, seeds=seeds, tolerance=args.tolerance,
                                target_rate=args.target_rate, executor=executor,
-                               log=lambda line: print(line, flush=True), bar=_round_bar())
+                               log=bar.log, bar=bar.make if bar.live else None)
     finally:
         executor.close()
     table = capacity_table(result, prices)
@@ -80,14 +81,34 @@ def run(args) -> None:
         print(f"wrote {args.out}/capacity.csv and probes.csv ({len(result.probes)} runs)")
 
 
-def _round_bar():
-    """A live progress bar (count, elapsed, ETA) for each round of runs, on a terminal only:
-    elsewhere the one line per round is the record."""
-    import sys
+class _SearchBar:
+    """One live progress bar on stderr for the whole search (runs done / runs asked so far,
+    elapsed, ETA), on a terminal only, with the log lines (one per search as it ends) printed
+    above it: elsewhere the log lines are the record. The total grows as the searches ask:
+    each decides its next probe from its last answer, so no total is known ahead."""
 
-    from simbatch.sweep.progress import Progress
+    def __init__(self):
+        import sys
 
-    return (lambda n: Progress(n)) if sys.stderr.isatty() else None
+        self.live = sys.stderr.isatty()
+        self.progress = None
+
+    def make(self, n: int):
+        """The bar, for ``n`` runs so far (``find_capacity`` grows it and closes it)."""
+        from simbatch.sweep.progress import Progress
+
+        self.progress = Progress(n)
+        return self.progress
+
+    def log(self, line: str) -> None:
+        """Print ``line`` on stdout, blanking the bar's line first and redrawing the bar after."""
+        bar = self.progress
+        if bar is not None and bar.live:
+            bar.stream.write("\r" + " " * bar.drawn + "\r")
+            bar.stream.flush()
+        print(line, flush=True)
+        if bar is not None and bar.live:
+            bar.update(0)
 
 
 def _print_explanations(result, table) -> None:
