@@ -210,7 +210,6 @@ def test_what_a_profile_cannot_price_is_one_line(model, match):
 
 # Remove this marker with the change to simbatch/costmodel/__init__.py that lets `kind: profile`
 # through for a mixture of experts (H4's report): until then the scenario is refused there.
-@pytest.mark.xfail(strict=True, raises=SimbatchError, reason="costmodel/__init__.py still refuses MoE profiles")
 def test_a_scenario_prices_mixtral_with_a_profile_fast_and_step_by_step():
     from simbatch.api import run
     from simbatch.engine.simulation import simulate

@@ -104,23 +104,24 @@ def _auto_kind(params: dict, model: ModelSpec, gpu: GPUSpec, tp: int, where: str
 def _build_profile(params: dict, model: ModelSpec, gpu: GPUSpec, tp: int, where: str,
                    base_dir: str | Path | None, overhead: dict | None = None) -> CostModel:
     """A :class:`ProfileCostModel` from ``{path?, gpu?}`` (see the module docstring)."""
-    from simbatch.costmodel.profile_fit import fit_profile_model  # pandas-heavy: load on use
+    from simbatch.costmodel.profile_fit import fit_profile_model, unpriced_features  # pandas-heavy: load on use
     from simbatch.costmodel.vidur import describe_shipped, shipped_profile
     from simbatch.costmodel.whatif import derive_profile
 
     for key in params:
         if key not in PROFILE_KEYS:
             raise SimbatchError(f"{where}.{key}", f"unknown profile parameter; allowed: {', '.join(PROFILE_KEYS)}")
-    if model.special_features:
+    unpriced = unpriced_features(model)  # a mixture of experts is priced from the measured MLP
+    if unpriced:
         raise SimbatchError(f"{where}.kind", f"a profile measures dense 16-bit models; {model.name} has "
-                                             f"{' and '.join(model.special_features)}: use kind roofline")
+                                             f"{' and '.join(unpriced)}: use kind roofline")
     measured_on = get_gpu(params["gpu"], f"{where}.gpu") if "gpu" in params else gpu
     if "path" in params:
         path = _profile_dir(params["path"], base_dir, f"{where}.path")
         profile = _read(path, f"{where}.path")
     else:
         path = SHIPPED_DATA
-        profile = shipped_profile(measured_on.name, model.name, tp)
+        profile = shipped_profile(measured_on.name, model, tp)  # an MoE: the dense model of its layers
         if profile is None:
             raise SimbatchError(where, f"no shipped profile for {model.name} on {measured_on.name} at "
                                        f"tensor_parallel {tp}; shipped: {describe_shipped()}; give path: DIR "
