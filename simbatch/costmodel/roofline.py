@@ -202,6 +202,7 @@ class RooflineCostModel(PricedByWork):
         self.expert_parallel = check_expert_parallel(self.model, self.tensor_parallel, "cluster.expert_parallel")
         self.params = check_params(params, "cost_model")
         self._precompute()
+        self._stream_terms: dict[tuple[int, int], tuple] = {}  # _count_terms by (tokens, rows)
 
     def describe(self) -> dict:
         """Kind, source, what is priced, and every parameter (defaults included)."""
@@ -314,8 +315,12 @@ class RooflineCostModel(PricedByWork):
         return StepCost(sum(bd.values()), bd, flops, nbytes)
 
     def overhead(self, work: StepWork, live: int) -> float:
+        return self._overhead_s(work[0], live)
+
+    def _overhead_s(self, tokens: int, live: int) -> float:
+        """:meth:`overhead` of a step of ``tokens`` tokens over ``live`` sequences."""
         p = self.params
-        return p["step_overhead_s"] + p["per_seq_overhead_s"] * live + p["per_token_overhead_s"] * work[0]
+        return p["step_overhead_s"] + p["per_seq_overhead_s"] * live + p["per_token_overhead_s"] * tokens
 
     def mixed_cost(self, num_decodes: int, context_sum: int, chunk_new: list[int],
                    chunk_ctx: list[int], streams: int = 1) -> StepCost:
@@ -331,53 +336,72 @@ class RooflineCostModel(PricedByWork):
         the two ``bounds`` calls and the breakdown dicts merged.
 
         Bit-identical to the general path: each kernel's compute-side and memory-side seconds
-        are computed once, by the same expressions in the same order as :meth:`price` and
-        :meth:`bounds` compute them, and the sums below add the same floats in the same
-        order. Only additions of an exact ``0.0`` (a part's missing kernel, ``sum``'s start)
-        are left out; ``x + 0.0 == x`` for every price here (none is ``-0.0``), and
-        ``tests/test_fast_prices.py`` compares the two on random steps.
+        are computed once, by the same expressions in the same order as :meth:`price`,
+        :meth:`bounds` and :meth:`counts` compute them, and the sums below add the same floats
+        in the same order. Only additions of an exact ``0.0`` (a part's missing kernel,
+        ``sum``'s start) are left out: ``x + 0.0 == x`` for every price here (none is
+        ``-0.0``). What depends only on a micro-batch's token and row counts (its linear layers
+        and LM head) comes from :meth:`_stream_terms`, computed once per count.
+        ``tests/test_fast_prices.py`` compares the two paths on random steps.
         """
-        lft, lif, lwb, lat, ibw = (self._lin_flops_tok, self._lin_inv_flops, self._lin_weight_bytes,
-                                   self._lin_act_tok, self._inv_bw)
-        lmr, lmi, lmw, lma = self._lm_flops_row, self._lm_inv_flops, self._lm_weight_bytes, self._lm_act_row
-        fix, aif, aib, kvt = self._lin_fixed_tok, self._attn_inv_flops, self._attn_inv_bw, self._attn_kv_tok
+        aif, aib, kvt = self._attn_inv_flops, self._attn_inv_bw, self._attn_kv_tok
         # The decode micro-batch: decode_work(n, s) = (n tokens, n rows, (s + n, s + n, n), no prefill).
         pairs = s + n
-        lin_c = self._gemm_tokens(n) * lft * lif + n * fix
-        lin_m = (lwb + n * lat) * ibw
-        lm_c, lm_m = n * lmr * lmi, (lmw + n * lma) * ibw
+        lin_d, lm_d, part_c, part_m, part_own, part_flops, lin_bytes, lm_bytes, ar_d = (
+            self._stream_terms.get((n, n)) or self._count_terms(n, n))
         at_c, at_m = pairs * self._attn_flops_pair_dec * aif, (pairs * kvt + n * self._attn_q_tok_dec) * aib
-        lin_d, lm_d, attn_d = max(lin_c, lin_m), max(lm_c, lm_m), max(at_c, at_m)
-        compute, memory = lin_c + lm_c + at_c, lin_m + lm_m + at_m  # bounds(): linear, LM head, attention
-        own_d = lin_d + lm_d + attn_d  # price()'s kernels: linear, lm_head, (attn_prefill 0.0), attn_decode
-        flops = n * lft + n * lmr + pairs * self._attn_flops_pair_dec  # counts()
+        attn_d = max(at_c, at_m)
+        compute, memory = part_c + at_c, part_m + at_m  # bounds(): (linear + LM head) + attention
+        own_d = part_own + attn_d  # price()'s kernels: linear, lm_head, (attn_prefill 0.0), attn_decode
+        flops = part_flops + pairs * self._attn_flops_pair_dec  # counts()
         nbytes = pairs * kvt + n * self._attn_q_tok_dec
-        nbytes += lwb + n * lat
-        nbytes += lmw + n * lma
-        # The chunk micro-batch: p tokens, r logit rows, prefill attention only.
-        pre = _attn_sums(chunk_new, chunk_ctx)
-        p, r = pre[2], len(chunk_new) - chunk_new.count(0)
-        lin_c = self._gemm_tokens(p) * lft * lif + p * fix
-        lin_m = (lwb + p * lat) * ibw
-        lm_c, lm_m = r * lmr * lmi, (lmw + r * lma) * ibw
-        at_c, at_m = pre[0] * self._attn_flops_pair * aif, (pre[1] * kvt + p * self._attn_q_tok) * aib
-        lin_p, lm_p, attn_p = max(lin_c, lin_m), max(lm_c, lm_m), max(at_c, at_m)
-        compute += lin_c + lm_c + at_c
-        memory += lin_m + lm_m + at_m
-        own_p = lin_p + lm_p + attn_p  # linear, lm_head, attn_prefill, (attn_decode 0.0)
-        flops_p = p * lft + r * lmr + pre[0] * self._attn_flops_pair
-        nbytes_p = pre[1] * kvt + p * self._attn_q_tok
-        nbytes_p += lwb + p * lat
-        nbytes_p += lmw + r * lma
+        nbytes += lin_bytes
+        nbytes += lm_bytes
+        # The chunk micro-batch: p tokens over r rows, prefill attention only (_attn_sums; one
+        # chunk of k tokens over c cached ones: k c + k (k + 1) / 2 pairs, c + k KV tokens).
+        if len(chunk_new) == 1:
+            k, c = chunk_new[0], chunk_ctx[0]
+            pre_pairs, pre_kv, p, r = k * c + (k * k + k) // 2, c + k, k, 1
+        else:
+            pre_pairs, pre_kv, p = _attn_sums(chunk_new, chunk_ctx)
+            r = len(chunk_new) - chunk_new.count(0)
+        lin_p, lm_p, part_c, part_m, part_own, part_flops, lin_bytes, lm_bytes, ar_p = (
+            self._stream_terms.get((p, r)) or self._count_terms(p, r))
+        at_c, at_m = pre_pairs * self._attn_flops_pair * aif, (pre_kv * kvt + p * self._attn_q_tok) * aib
+        attn_p = max(at_c, at_m)
+        compute += part_c + at_c
+        memory += part_m + at_m
+        own_p = part_own + attn_p  # linear, lm_head, attn_prefill, (attn_decode 0.0)
+        flops += part_flops + pre_pairs * self._attn_flops_pair
+        nbytes_p = pre_kv * kvt + p * self._attn_q_tok
+        nbytes_p += lin_bytes
+        nbytes_p += lm_bytes
         # price_streams: the parts' breakdowns added key by key, the whole step's overhead,
         # and the time the streams hide.
-        linear, lm_head, ar = lin_d + lin_p, lm_d + lm_p, (n * self._ar_tok + self._ar_fixed) + (
-            p * self._ar_tok + self._ar_fixed)
-        over = self.overhead(StepWork((n + p, n + r, AttnWork((pairs, pairs, n)), pre)), n + len(chunk_new))
+        linear, lm_head, ar = lin_d + lin_p, lm_d + lm_p, ar_d + ar_p
+        over = self._overhead_s(n + p, n + len(chunk_new))
         overlap = max(compute, memory, max(own_d, own_p)) - (own_d + own_p)
         bd = {"linear": linear, "lm_head": lm_head, "attn_prefill": attn_p, "attn_decode": attn_d,
               "allreduce": ar, "overhead": over, "stream_overlap": overlap}
-        return StepCost(linear + lm_head + attn_p + attn_d + ar + over + overlap, bd, flops + flops_p, nbytes + nbytes_p)
+        return StepCost(linear + lm_head + attn_p + attn_d + ar + over + overlap, bd, flops, nbytes + nbytes_p)
+
+    def _count_terms(self, tokens: int, rows: int) -> tuple:
+        """The terms of a micro-batch of ``tokens`` tokens (> 0) and ``rows`` logit rows (> 0)
+        that do not depend on its attention, as :meth:`price`, :meth:`bounds` and :meth:`counts`
+        compute them: (linear s, LM head s, their compute-side sum, their memory-side sum,
+        linear + LM head s, linear + LM head FLOPs, linear bytes, LM head bytes, all-reduce s).
+        Kept in :attr:`_stream_terms` (token counts stay within a step's budget)."""
+        lin_c = self._gemm_tokens(tokens) * self._lin_flops_tok * self._lin_inv_flops + tokens * self._lin_fixed_tok
+        lin_m = (self._lin_weight_bytes + tokens * self._lin_act_tok) * self._inv_bw
+        lm_c = rows * self._lm_flops_row * self._lm_inv_flops
+        lm_m = (self._lm_weight_bytes + rows * self._lm_act_row) * self._inv_bw
+        lin, lm = max(lin_c, lin_m), max(lm_c, lm_m)
+        terms = (lin, lm, lin_c + lm_c, lin_m + lm_m, lin + lm, tokens * self._lin_flops_tok + rows * self._lm_flops_row,
+                 self._lin_weight_bytes + tokens * self._lin_act_tok, self._lm_weight_bytes + rows * self._lm_act_row,
+                 tokens * self._ar_tok + self._ar_fixed)
+        if len(self._stream_terms) < STREAM_TERMS_KEPT:
+            self._stream_terms[tokens, rows] = terms
+        return terms
 
     def padded_decode_costs(self, num_slots: int, num_live: list[int], contexts) -> tuple[list, list, list]:
         """A padded batch's run of decode steps priced at once with numpy: the same
@@ -517,6 +541,11 @@ class RooflineCostModel(PricedByWork):
         if rows:
             nbytes += self._lm_weight_bytes + rows * self._lm_act_row
         return float(flops), float(nbytes)
+
+
+# How many (tokens, rows) entries RooflineCostModel._count_terms keeps: a two-stream step's
+# micro-batches hold at most a step's token budget, so a few thousand cover any scenario.
+STREAM_TERMS_KEPT = 65536
 
 
 # Rows of one expert's block in the fused MoE kernel: vLLM's moe_align_block_size pads each
