@@ -214,3 +214,19 @@ def test_a_failing_run_stops_the_search_and_drops_the_queued_runs():
     with pytest.raises(SimbatchError, match="it broke"):
         plan(held)
     assert held.queue and all(f.cancelled() for f, _, _ in held.queue)  # nothing left to run
+
+
+@pytest.mark.parametrize("kind", ["process", "dask"])
+def test_a_pool_and_a_cluster_give_the_in_order_result(in_order, kind):
+    """Real concurrency (two workers, runs finishing in whatever order they do): the same table."""
+    if kind == "dask":
+        pytest.importorskip("distributed")
+    from simbatch.executors import make_executor
+
+    executor = make_executor(kind, 2, "local" if kind == "dask" else None)
+    try:
+        res = plan(executor)
+    finally:
+        executor.close()
+    pd.testing.assert_frame_equal(pd.DataFrame(res.probes), pd.DataFrame(in_order.probes))
+    assert res.boundaries == in_order.boundaries and res.sizing == in_order.sizing
