@@ -239,6 +239,7 @@ def mixed_run(replica):
     kv, budget, streams, index = policy.kv, policy.params.budget, replica.streams, replica.index
     append_step, timeout, apply_chunks = log.append_step, env.timeout, replica.apply_chunks
     schedule_chunks, on_step_done, inbox = policy.schedule_chunks, policy.on_step_done, replica.inbox
+    join_decoding = group.join_decoding
     done = 0
     while group.adopt_decoding(policy.running, len(policy.prefilling), replica.prev_decode):
         members = group.members  # adopt_decoding may have rebuilt the group
@@ -252,16 +253,19 @@ def mixed_run(replica):
         start, context = env.now, group.context()
         chunks = schedule_chunks(budget - n, members)
         waiting = policy.num_waiting
-        if len(chunks) == 1:  # the usual case under load: one chunk takes what the decodes left
-            (seq, k), = chunks
-            chunk_new, chunk_ctx = [k], [seq.num_computed]
+        one = len(chunks) == 1  # the usual case under load: one chunk takes what the decodes left
+        if one:
+            (seq, tokens), = chunks
+            chunk_new, chunk_ctx = [tokens], [seq.num_computed]
         else:
             chunk_new, chunk_ctx = [k for _, k in chunks], [s.num_computed for s, _ in chunks]
+            tokens = sum(chunk_new)
         cost = mixed_cost(n, context, chunk_new, chunk_ctx, streams)
-        yield timeout(cost.seconds)
+        seconds = cost.seconds
+        yield timeout(seconds)
         num = n + len(chunks)
-        step = append_step(replica=index, start_s=start, duration_s=cost.seconds, num_seqs=num, num_slots=num,
-                           prefill_tokens=sum(chunk_new), decode_tokens=n, padded_tokens=0,
+        step = append_step(replica=index, start_s=start, duration_s=seconds, num_seqs=num, num_slots=num,
+                           prefill_tokens=tokens, decode_tokens=n, padded_tokens=0,
                            kv_used_blocks=kv.num_used, num_waiting=waiting, useful_flops=cost.useful_flops,
                            useful_bytes=cost.useful_bytes)
         end = env.now
@@ -273,7 +277,11 @@ def mixed_run(replica):
         on_step_done(None, finished, end)
         # The requests whose prefill this step completed decode next: join them now (in running
         # order, as adopt_decoding's scan of the running list would) rather than by that scan.
-        group.join_decoding(map(first, chunks), step)
+        # One chunk: join_decoding's own first test, asked here (mostly the chunk goes on).
+        if not one:
+            join_decoding(map(first, chunks), step)
+        elif seq.num_generated and seq.num_tokens - seq.num_computed == 1:
+            join_decoding((seq,), step)
         done += 1
         # What Replica.run asks before its next step, in its order.
         if end >= replica.control_at or (inbox is not None and inbox.ready(replica)) or policy.steady_decode():
