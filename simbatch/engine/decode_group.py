@@ -13,7 +13,9 @@ latest one. What the steps need from the whole batch is kept as running totals
 instead of rescanning it: the number of requests that need a block at a given
 clock (a histogram over the clock modulo the block size), and the summed
 context. So a step costs O(1) and a request O(log n) over its whole decode,
-whatever the batch size.
+whatever the batch size. :meth:`DecodeGroup.run` takes such steady steps back to
+back (the fast path's steady runs for iteration-level policies; a padded batch's
+are :func:`simbatch.engine.fast_forward.padded_run`).
 """
 
 from __future__ import annotations
@@ -68,8 +70,10 @@ class DecodeGroup:
         if len(running) == m:
             return True
         tail = running[m:]
-        if any(s.id in members for s in tail):
-            tail = [s for s in running if s.id not in members]  # joined out of order (chunked prefill)
+        for s in tail:  # usually one newcomer: a plain loop, not any() over a generator
+            if s.id in members:
+                tail = [s for s in running if s.id not in members]  # joined out of order (chunked prefill)
+                break
         for seq in tail:
             if not self.can_join(seq, prev_decode):
                 return False
@@ -140,25 +144,92 @@ class DecodeGroup:
     def pop_finished(self) -> list[Sequence]:
         """Members whose last token was the latest step's, settled up to just before it
         (the caller emits that token) and removed from the group, in join order."""
+        finishes, clock = self.finishes, self.clock
         done = []
-        while self.finishes and self.finishes[0][0] == self.clock:
-            seq = heapq.heappop(self.finishes)[2]
-            self.clock -= 1  # settle all but the final step, whose token the caller emits
+        while finishes and finishes[0][0] == clock:
+            seq = heapq.heappop(finishes)[2]
+            self.clock = clock - 1  # settle all but the final step, whose token the caller emits
             self.settle(seq)
-            self.clock += 1
+            self.clock = clock
             if self.paged and self.need_at_final(seq):
                 seq.num_blocks += 1
             seq.num_computed += 1
-            self.settled[seq.id] = self.clock
+            self.settled[seq.id] = clock
             done.append(seq)
+        members, settled = self.members, self.settled
         for seq in done:
             self.account(seq, -1)  # its fields moved on together, so its phase and offset still hold
-            del self.members[seq.id], self.settled[seq.id]
+            del members[seq.id], settled[seq.id]
         return done
 
     def need_at_final(self, seq: Sequence) -> bool:
         """Whether ``seq`` took a new block in the final step (its last block was full)."""
         return seq.num_blocks * self.block_size == seq.num_computed
+
+    def run(self, replica):
+        """SimPy sub-process: the steady decode steps of every running request of ``replica``
+        (its policy promised them: ``steady_decode``), up to and including the first step in
+        which one of them emits its last token; returns how many it ran (0: none, the normal
+        path takes the step).
+
+        A step's price comes from the backend's O(1) ``decode_cost`` over the group's totals,
+        and it is logged as the step-by-step engine logs it. The run also stops before a step
+        when an arrival could be admitted (the queue was empty at the start), when the step's
+        blocks are short (the normal path decides whom to preempt), and after a step when a
+        controller is due or the transfer inbox has work. The group's fields are read once per
+        run and kept in locals (a step is the engine's hot path, millions of times a run).
+        """
+        env, policy, log = replica.env, replica.policy, replica.log
+        decode_cost = getattr(replica.backend, "decode_cost", None)
+        if decode_cost is None or not self.adopt(policy.running, replica.prev_decode):
+            return 0
+        kv, index, append_step, timeout = policy.kv, replica.index, log.append_step, env.timeout
+        n, finishes, need_at, block_size = len(self.members), self.finishes, self.need_at, self.block_size
+        paged, context_base, inbox = self.paged, self.context_base, replica.inbox
+        # With an empty queue an arrival may be admitted next step, so it ends the
+        # run; behind a blocked head (steady_decode's promise) arrivals change nothing.
+        stop_on_arrival = policy.num_waiting == 0
+        done = 0
+        clock = self.clock
+        now = env.now
+        while True:
+            waiting = policy.num_waiting  # the queue as this step starts (nothing below changes it)
+            if stop_on_arrival and waiting:
+                break
+            need = need_at[clock % block_size] if paged else 0  # need()
+            if need:
+                if need > kv.num_free:
+                    break  # the normal path decides whom to preempt
+                kv.take(need)
+            cost = decode_cost(n, context_base + n * clock)  # context()
+            start, seconds = now, cost.seconds
+            yield timeout(seconds)
+            # A timeout made at `start` fires at exactly `start + seconds` (SimPy schedules it at
+            # now + delay), so this is env.now without asking the environment for it.
+            now = start + seconds
+            step = append_step(replica=index, start_s=start, duration_s=seconds, num_seqs=n, num_slots=n,
+                               prefill_tokens=0, decode_tokens=n, padded_tokens=0, kv_used_blocks=kv.num_used,
+                               num_waiting=waiting, useful_flops=cost.useful_flops, useful_bytes=cost.useful_bytes)
+            self.clock = clock = clock + 1
+            self.last_step = replica.prev_decode = step
+            done += 1
+            if finishes[0][0] == clock:  # next_finish()
+                policy.on_step_done(None, self.emit_finished(replica, step, now), now)
+                break
+            if now >= replica.control_at:
+                break  # a controller may turn a knob at this boundary
+            if inbox is not None and inbox.ready(replica):
+                break  # the loop takes a transfer before the next step
+        return done
+
+    def emit_finished(self, replica, step: int, end: float) -> list[Sequence]:
+        """The members that emitted their last token in ``step`` (ended at ``end``), emitted
+        through ``replica`` and removed from the group."""
+        done = self.pop_finished()
+        emit = replica.emit
+        for seq in done:
+            emit(seq, step, end, True)
+        return done
 
     def sync_all(self) -> None:
         """Settle every member and empty the group (the policy is about to read them)."""

@@ -58,20 +58,22 @@ def dispatch(env: simpy.Environment, workload: Workload, replicas: list, seqs: l
     pick = router.pick
     rejected = 0
     log.arrival_s[:] = workload.arrival_s
-    for i, t in enumerate(arrival):
-        if t + request_s > env.now:
-            yield env.timeout(t + request_s - env.now)
-        total = prompt[i] + output[i]
+    chosen = log.replica
+    for i, (t, p, o) in enumerate(zip(arrival, prompt, output)):
+        due = t + request_s
+        if due > env.now:
+            yield env.timeout(due - env.now)
+        total = p + o
         candidates = replicas
         if total > floor:
             if total > ceiling:
                 rejected += 1
                 continue
             candidates = [r for r, lim in zip(replicas, limits) if total <= lim]
-        seq = Sequence(i, t, prompt[i], output[i], priority[i], labels[i] if labels else None)
+        seq = Sequence(i, t, p, o, priority[i], labels[i] if labels else None)
         seqs[i] = seq
         replica = pick(seq, candidates, env.now)
-        log.replica[i] = replica.index
+        chosen[i] = replica.index
         replica.submit(seq)
     if rejected:
         log.note(rejection_note(rejected, replicas, limits))

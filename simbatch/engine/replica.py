@@ -70,7 +70,8 @@ class Replica:
     def submit(self, seq: Sequence) -> None:
         """Queue an arriving request and wake the replica if it is idle."""
         self.policy.add(seq, self.env.now)
-        self.wake()
+        if not self.wakeup.triggered:  # wake(), inlined: one call per arrival
+            self.wakeup.succeed()
 
     def wake(self) -> None:
         """Wake the replica if it idles (a no-op while it steps)."""
@@ -87,7 +88,10 @@ class Replica:
                 yield from self.inbox.pull(self)
             if self.fast_forward:
                 if policy.steady_decode():
-                    if (yield from steady_run(self)):
+                    # Iteration-level policies' steady runs are the decode group's; a padded
+                    # batch's are fast_forward's.
+                    steady = self.group.run(self) if policy.steady_kind == "running" else steady_run(self)
+                    if (yield from steady):
                         continue
                 elif policy.mixes_chunks and (yield from mixed_run(self)):
                     continue
@@ -115,20 +119,39 @@ class Replica:
     def postprocess(self, plan: StepPlan, start: float, cost, num_waiting: int) -> list[Sequence]:
         """Apply a finished step: computed tokens, emitted tokens, finished requests, the log."""
         log, end = self.log, self.env.now
+        decode_slots = plan.num_decode_slots
+        rids, news = plan.request_ids, plan.num_new_tokens
+        # The plan's token counts, read once (each StepPlan property sums a slice).
+        decode_tokens = plan.num_decode_tokens if decode_slots else 0
         step = log.append_step(
             replica=self.index, start_s=start, duration_s=cost.seconds, num_seqs=plan.num_seqs,
-            num_slots=plan.num_slots, prefill_tokens=plan.num_prefill_tokens,
-            decode_tokens=plan.num_decode_tokens, padded_tokens=plan.num_padded_tokens,
+            num_slots=len(rids), prefill_tokens=plan.num_prefill_tokens,
+            decode_tokens=decode_tokens, padded_tokens=plan.num_padded_tokens,
             kv_used_blocks=self.policy.kv.num_used, num_waiting=num_waiting,
             useful_flops=cost.useful_flops, useful_bytes=cost.useful_bytes)
+        finished = self.apply_decodes(rids, news, decode_slots, step, start, end) if decode_slots else []
+        if len(rids) > decode_slots:  # prefill chunks (a prefill-only step has no decode slot)
+            seqs = self.seqs
+            chunks = [(seqs[rid], n) for rid, n in zip(rids[decode_slots:], news[decode_slots:]) if rid >= 0]
+            if finished:
+                finished += self.apply_chunks(chunks, step, start, end)
+            else:
+                finished = self.apply_chunks(chunks, step, start, end)
+        if decode_tokens:
+            self.prev_decode = step
+        return finished
+
+    def apply_decodes(self, rids: list, news: list, decode_slots: int, step: int, start: float,
+                      end: float) -> list[Sequence]:
+        """The decode-slot rows of a step (the first ``decode_slots`` of ``rids`` / ``news``):
+        computed and emitted tokens; returns the requests that finished."""
         finished = []
+        log = self.log
         seqs, first_scheduled, continues, stay = self.seqs, log.first_scheduled_s, log.run_continues, log.stay
         # A decode-slot token stays in its request's token run when no decode step
         # ran between the run's last token and this step (prefill-only steps that
         # paused the decodes do not break runs; see EventLog).
         since = self.prev_decode
-        decode_slots = plan.num_decode_slots
-        rids, news = plan.request_ids, plan.num_new_tokens
         for rid, n in zip(rids[:decode_slots], news[:decode_slots]):
             if rid < 0:
                 continue
@@ -153,10 +176,6 @@ class Replica:
                 self.emit(seq, step, end, stays)
                 if seq.status == FINISHED:
                     finished.append(seq)
-        chunks = [(seqs[rid], n) for rid, n in zip(rids[decode_slots:], news[decode_slots:]) if rid >= 0]
-        finished += self.apply_chunks(chunks, step, start, end)
-        if plan.num_decode_tokens:
-            self.prev_decode = step
         return finished
 
     def apply_chunks(self, chunks: list, step: int, start: float, end: float) -> list[Sequence]:
@@ -166,10 +185,11 @@ class Replica:
         finished = []
         first_scheduled = self.log.first_scheduled_s
         for seq, n in chunks:
-            if seq.num_computed == seq.num_prefix_hit and seq.num_preemptions == 0 and seq.num_generated == 0:
+            computed = seq.num_computed
+            if computed == seq.num_prefix_hit and seq.num_preemptions == 0 and seq.num_generated == 0:
                 first_scheduled[seq.id] = start
-            seq.num_computed += n
-            if seq.num_computed == seq.num_tokens:
+            seq.num_computed = computed = computed + n
+            if computed == seq.num_tokens:
                 self.emit(seq, step, end, False)
                 if seq.status == FINISHED:
                     finished.append(seq)
@@ -193,21 +213,23 @@ class Replica:
     def emit(self, seq: Sequence, step: int, end: float, stays: bool) -> None:
         """``seq`` produced an output token at the end of replica step ``step``
         (``stays``: the token stays in its open token run, else it joins a new one)."""
+        log, rid = self.log, seq.id
         if stays:
-            self.log.stay(seq.id, step)
+            log.stay(rid, step)
         else:
-            self.log.join(seq.id, self.index, step)
-        if seq.num_generated == 0:
-            self.log.first_token_s[seq.id] = end
+            log.join(rid, self.index, step)
+        generated = seq.num_generated
+        if generated == 0:
+            log.first_token_s[rid] = end
             if self.window is not None:
                 self.window.first_token(end, seq.arrival_s)
-        seq.num_generated += 1
-        if seq.num_generated == seq.output_tokens:
+        seq.num_generated = generated = generated + 1
+        if generated == seq.output_tokens:
             seq.status = FINISHED
-            self.log.leave(seq.id)
-            self.log.finish_s[seq.id] = end
-            self.log.num_emitted[seq.id] = seq.num_generated
-            self.log.num_preemptions[seq.id] = seq.num_preemptions
-            self.seqs[seq.id] = None  # all it did is in the log now; let it go
+            log.leave(rid)
+            log.finish_s[rid] = end
+            log.num_emitted[rid] = generated
+            log.num_preemptions[rid] = seq.num_preemptions
+            self.seqs[rid] = None  # all it did is in the log now; let it go
         else:
             seq.num_tokens += 1

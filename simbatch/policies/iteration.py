@@ -127,9 +127,10 @@ class IterationPolicy(Policy):
         ``(tokens, match)`` if a seat, the budget and KV blocks (above the watermark) allow
         it, else None. Changes nothing; :meth:`admit_queue` and the steady check both use it,
         so the rule is written once."""
-        if not self.waiting or budget <= 0 or len(self.running) >= self.params.max_num_seqs:
+        waiting = self.waiting
+        if not waiting or budget <= 0 or len(self.running) >= self.params.max_num_seqs:
             return None
-        seq, kv = self.waiting[0], self.kv
+        seq, kv = waiting[0], self.kv
         match = kv.match(seq)
         n = self.admission_tokens(seq, match[0], budget)
         if n <= 0:
