@@ -396,7 +396,8 @@ class RooflineCostModel(PricedByWork):
         lm_c = rows * self._lm_flops_row * self._lm_inv_flops
         lm_m = (self._lm_weight_bytes + rows * self._lm_act_row) * self._inv_bw
         lin, lm = max(lin_c, lin_m), max(lm_c, lm_m)
-        terms = (lin, lm, lin_c + lm_c, lin_m + lm_m, lin + lm, tokens * self._lin_flops_tok + rows * self._lm_flops_row,
+        flops = tokens * self._lin_flops_tok + rows * self._lm_flops_row
+        terms = (lin, lm, lin_c + lm_c, lin_m + lm_m, lin + lm, flops,
                  self._lin_weight_bytes + tokens * self._lin_act_tok, self._lm_weight_bytes + rows * self._lm_act_row,
                  tokens * self._ar_tok + self._ar_fixed)
         if len(self._stream_terms) < STREAM_TERMS_KEPT:
