@@ -230,3 +230,90 @@ def test_a_pool_and_a_cluster_give_the_in_order_result(in_order, kind):
         executor.close()
     pd.testing.assert_frame_equal(pd.DataFrame(res.probes), pd.DataFrame(in_order.probes))
     assert res.boundaries == in_order.boundaries and res.sizing == in_order.sizing
+
+
+# --- why: no worker idles while a search waits on another's slow probe --------------------------
+
+
+class VirtualPool:
+    """``workers`` workers on a virtual clock, first come first served (as a process pool): a job
+    takes ``cost(item)`` time units from when a worker takes it. ``now`` ends as the makespan and
+    ``busy`` as the work done, so idle time can be counted without timing anything real."""
+
+    def __init__(self, workers, cost):
+        self.cost, self.now, self.busy = cost, 0.0, 0.0
+        self.free = [0.0] * workers  # when each worker is next free
+        self.queue, self.running = [], []
+
+    def submit(self, fn, item):
+        future = Future()
+        self.queue.append((future, fn, item))
+        return future
+
+    def wait_any(self, futures):
+        self._start()
+        end = min(e for e, _, _, _ in self.running)
+        self.now = max(self.now, end)
+        done = [r for r in self.running if r[0] <= self.now]
+        self.running = [r for r in self.running if r[0] > self.now]
+        for _, future, fn, item in done:
+            future.set_result(fn(item))
+        return {future for _, future, _, _ in done}
+
+    def map(self, fn, items, on_done=None):
+        futures = [self.submit(fn, item) for item in items]
+        while not all(f.done() for f in futures):
+            self.wait_any(futures)
+        return [f.result() for f in futures]
+
+    def _start(self):
+        while self.queue and min(self.free) <= self.now or self.queue and not self.running:
+            i = self.free.index(min(self.free))
+            future, fn, item = self.queue.pop(0)
+            start = max(self.now, self.free[i])
+            self.free[i] = start + self.cost(item)
+            self.busy += self.cost(item)
+            self.running.append((self.free[i], future, fn, item))
+
+
+def makespans(bounds, cost, workers=2):
+    """(rounds, concurrent): the virtual pools after driving one rate search per bound to its end
+    in lockstep rounds and concurrently, with the same answers checked equal."""
+    def holds(item):
+        return item[1] <= bounds[item[0]]
+
+    rounds = VirtualPool(workers, cost)
+    in_rounds = drive({b: rate_search(1.0, 0.05) for b in bounds}, lambda asked: rounds.map(holds, asked))
+    pool, keys = VirtualPool(workers, cost), {}
+
+    def ask(key, k):
+        keys[pool.submit(holds, (key, k))] = key
+
+    def answers():
+        done = pool.wait_any(list(keys))
+        return [(keys.pop(f), f.result()) for f in list(keys) if f in done]  # in submission order
+
+    assert drive_concurrently({b: rate_search(1.0, 0.05) for b in bounds}, ask, answers) == in_rounds
+    assert pool.busy == rounds.busy  # the same probes: the same work
+    return rounds, pool
+
+
+def test_concurrent_searches_leave_no_worker_idle_where_rounds_did():
+    """Three searches of 7, 7 and 10 probes on two workers: each of the first seven rounds runs
+    three probes in two probe times, a worker idle for one; concurrently a worker idles only
+    once too few probes are left to fill both. With the long search's probes three times as
+    slow, every round waits for its slow probe; concurrently the others run meanwhile and the
+    plan ends within one probe of that search's own chain. Same answers, same work (virtual
+    clock: no timing)."""
+    bounds = {"a": 0.37, "b": 3.0, "c": 20.0}  # 7, 7 and 10 probes
+
+    def idle(pool):
+        return 2 * pool.now - pool.busy
+
+    rounds, pool = makespans(bounds, lambda item: 1.0)
+    assert rounds.busy == 24 and rounds.now == 7 * 2 + 3 * 1
+    assert pool.now < rounds.now and idle(pool) <= 0.5 * idle(rounds)
+    rounds, pool = makespans(bounds, lambda item: 3.0 if item[0] == "c" else 1.0)
+    # each of seven rounds: the slow probe waits for a worker behind a fast one, then runs alone
+    assert rounds.busy == 44 and rounds.now == 7 * (1 + 3) + 3 * 3
+    assert pool.now <= 10 * 3 + 3 < rounds.now and idle(pool) <= 0.6 * idle(rounds)
