@@ -317,3 +317,19 @@ def test_concurrent_searches_leave_no_worker_idle_where_rounds_did():
     # each of seven rounds: the slow probe waits for a worker behind a fast one, then runs alone
     assert rounds.busy == 44 and rounds.now == 7 * (1 + 3) + 3 * 3
     assert pool.now <= 10 * 3 + 3 < rounds.now and idle(pool) <= 0.6 * idle(rounds)
+
+
+def test_the_command_prints_a_log_line_above_the_live_bar(capsys):
+    """On a terminal the bar's line is blanked before a log line and drawn again after it, so
+    the two never share a line."""
+    from simbatch.commands.capacity import _SearchBar
+
+    stream = io.StringIO()
+    bar = _SearchBar()
+    bar.progress = Progress(4, stream=stream, live=True)
+    drawn = stream.getvalue()
+    bar.log("rate search 1/2 done")
+    assert capsys.readouterr().out == "rate search 1/2 done\n"
+    after = stream.getvalue()[len(drawn):]
+    assert after.startswith("\r" + " " * len(drawn.strip("\r")) + "\r")  # blanked
+    assert after.endswith("0/4 runs, elapsed 0:00, ETA ?")  # and drawn again
