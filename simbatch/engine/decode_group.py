@@ -168,58 +168,67 @@ class DecodeGroup:
 
     def run(self, replica):
         """SimPy sub-process: the steady decode steps of every running request of ``replica``
-        (its policy promised them: ``steady_decode``), up to and including the first step in
-        which one of them emits its last token; returns how many it ran (0: none, the normal
-        path takes the step).
+        (its policy promised them: ``steady_decode``); returns how many it ran (0: none, the
+        normal path takes the step).
 
         A step's price comes from the backend's O(1) ``decode_cost`` over the group's totals,
-        and it is logged as the step-by-step engine logs it. The run also stops before a step
-        when an arrival could be admitted (the queue was empty at the start), when the step's
-        blocks are short (the normal path decides whom to preempt), and after a step when a
-        controller is due or the transfer inbox has work. The group's fields are read once per
-        run and kept in locals (a step is the engine's hot path, millions of times a run).
+        and it is logged as the step-by-step engine logs it. Before a step the run stops when
+        an arrival could be admitted (the queue was empty when the run started), or when the
+        step's blocks are short (the normal path decides whom to preempt); after one, when a
+        controller is due or the transfer inbox has work. After a step in which members finish,
+        it asks what the engine loop would ask before its next step, in the same order (a
+        controller, the inbox, ``steady_decode``), and goes on with the smaller group when the
+        run is still steady, rather than returning to the loop only to be called again. The
+        group's fields are read once per stretch and kept in locals (a step is the engine's hot
+        path, millions of times a run).
         """
         env, policy, log = replica.env, replica.policy, replica.log
         decode_cost = getattr(replica.backend, "decode_cost", None)
-        if decode_cost is None or not self.adopt(policy.running, replica.prev_decode):
+        if decode_cost is None:
             return 0
         kv, index, append_step, timeout = policy.kv, replica.index, log.append_step, env.timeout
-        n, finishes, need_at, block_size = len(self.members), self.finishes, self.need_at, self.block_size
-        paged, context_base, inbox = self.paged, self.context_base, replica.inbox
-        # With an empty queue an arrival may be admitted next step, so it ends the
-        # run; behind a blocked head (steady_decode's promise) arrivals change nothing.
-        stop_on_arrival = policy.num_waiting == 0
+        finishes, need_at, block_size, paged, inbox = (self.finishes, self.need_at, self.block_size, self.paged,
+                                                       replica.inbox)
         done = 0
-        clock = self.clock
         now = env.now
-        while True:
-            waiting = policy.num_waiting  # the queue as this step starts (nothing below changes it)
-            if stop_on_arrival and waiting:
-                break
-            need = need_at[clock % block_size] if paged else 0  # need()
-            if need:
-                if need > kv.num_free:
-                    break  # the normal path decides whom to preempt
-                kv.take(need)
-            cost = decode_cost(n, context_base + n * clock)  # context()
-            start, seconds = now, cost.seconds
-            yield timeout(seconds)
-            # A timeout made at `start` fires at exactly `start + seconds` (SimPy schedules it at
-            # now + delay), so this is env.now without asking the environment for it.
-            now = start + seconds
-            step = append_step(replica=index, start_s=start, duration_s=seconds, num_seqs=n, num_slots=n,
-                               prefill_tokens=0, decode_tokens=n, padded_tokens=0, kv_used_blocks=kv.num_used,
-                               num_waiting=waiting, useful_flops=cost.useful_flops, useful_bytes=cost.useful_bytes)
-            self.clock = clock = clock + 1
-            self.last_step = replica.prev_decode = step
-            done += 1
-            if finishes[0][0] == clock:  # next_finish()
-                policy.on_step_done(None, self.emit_finished(replica, step, now), now)
-                break
-            if now >= replica.control_at:
-                break  # a controller may turn a knob at this boundary
-            if inbox is not None and inbox.ready(replica):
-                break  # the loop takes a transfer before the next step
+        while self.adopt(policy.running, replica.prev_decode):
+            n, context_base, clock = len(self.members), self.context_base, self.clock
+            # With an empty queue an arrival may be admitted next step, so it ends the
+            # run; behind a blocked head (steady_decode's promise) arrivals change nothing.
+            stop_on_arrival = policy.num_waiting == 0
+            while True:
+                waiting = policy.num_waiting  # the queue as this step starts (nothing below changes it)
+                if stop_on_arrival and waiting:
+                    return done
+                need = need_at[clock % block_size] if paged else 0  # need()
+                if need:
+                    if need > kv.num_free:
+                        return done  # the normal path decides whom to preempt
+                    kv.take(need)
+                cost = decode_cost(n, context_base + n * clock)  # context()
+                start, seconds = now, cost.seconds
+                yield timeout(seconds)
+                # A timeout made at `start` fires at exactly `start + seconds` (SimPy schedules it
+                # at now + delay), so this is env.now without asking the environment for it.
+                now = start + seconds
+                step = append_step(replica=index, start_s=start, duration_s=seconds, num_seqs=n, num_slots=n,
+                                   prefill_tokens=0, decode_tokens=n, padded_tokens=0, kv_used_blocks=kv.num_used,
+                                   num_waiting=waiting, useful_flops=cost.useful_flops,
+                                   useful_bytes=cost.useful_bytes)
+                self.clock = clock = clock + 1
+                self.last_step = replica.prev_decode = step
+                done += 1
+                if finishes[0][0] == clock:  # next_finish()
+                    policy.on_step_done(None, self.emit_finished(replica, step, now), now)
+                    break
+                if now >= replica.control_at:
+                    return done  # a controller may turn a knob at this boundary
+                if inbox is not None and inbox.ready(replica):
+                    return done  # the loop takes a transfer before the next step
+            # What Replica.run asks before its next step, in its order.
+            if (now >= replica.control_at or (inbox is not None and inbox.ready(replica))
+                    or not policy.steady_decode()):
+                return done
         return done
 
     def emit_finished(self, replica, step: int, end: float) -> list[Sequence]:
