@@ -315,12 +315,8 @@ class RooflineCostModel(PricedByWork):
         return StepCost(sum(bd.values()), bd, flops, nbytes)
 
     def overhead(self, work: StepWork, live: int) -> float:
-        return self._overhead_s(work[0], live)
-
-    def _overhead_s(self, tokens: int, live: int) -> float:
-        """:meth:`overhead` of a step of ``tokens`` tokens over ``live`` sequences."""
-        p = self.params
-        return p["step_overhead_s"] + p["per_seq_overhead_s"] * live + p["per_token_overhead_s"] * tokens
+        p = self.params  # (_two_stream_cost writes this formula out too: one call less a step)
+        return p["step_overhead_s"] + p["per_seq_overhead_s"] * live + p["per_token_overhead_s"] * work[0]
 
     def mixed_cost(self, num_decodes: int, context_sum: int, chunk_new: list[int],
                    chunk_ctx: list[int], streams: int = 1) -> StepCost:
@@ -379,7 +375,8 @@ class RooflineCostModel(PricedByWork):
         # price_streams: the parts' breakdowns added key by key, the whole step's overhead,
         # and the time the streams hide.
         linear, lm_head, ar = lin_d + lin_p, lm_d + lm_p, ar_d + ar_p
-        over = self._overhead_s(n + p, n + len(chunk_new))
+        pr, slots = self.params, n + len(chunk_new)  # overhead() of the whole step, written out
+        over = pr["step_overhead_s"] + pr["per_seq_overhead_s"] * slots + pr["per_token_overhead_s"] * (n + p)
         overlap = max(compute, memory, max(own_d, own_p)) - (own_d + own_p)
         bd = {"linear": linear, "lm_head": lm_head, "attn_prefill": attn_p, "attn_decode": attn_d,
               "allreduce": ar, "overhead": over, "stream_overlap": overlap}
