@@ -226,8 +226,10 @@ class DecodeGroup:
                 if inbox is not None and inbox.ready(replica):
                     return done  # the loop takes a transfer before the next step
             # What Replica.run asks before its next step, in its order.
-            if (now >= replica.control_at or (inbox is not None and inbox.ready(replica))
-                    or not policy.steady_decode()):
+            if now >= replica.control_at or (inbox is not None and inbox.ready(replica)):
+                return done
+            if not policy.steady_decode():
+                replica.unsteady = True  # the loop need not ask again at this boundary
                 return done
         return done
 

@@ -30,6 +30,9 @@ class Replica:
     inbox = None
     # Which drafts a verify step keeps (simbatch.speculative.Acceptance); None: no speculation.
     speculation = None
+    # True when DecodeGroup.run returned because steady_decode() said False at the current
+    # step boundary (Replica.run then skips asking it again).
+    unsteady = False
 
     def __init__(self, env: simpy.Environment, index: int, policy: Policy,
                  backend: CostModel, log: EventLog, seqs: list[Sequence | None],
@@ -87,11 +90,15 @@ class Replica:
             if self.inbox is not None and self.inbox.ready(self):
                 yield from self.inbox.pull(self)
             if self.fast_forward:
-                if policy.steady_decode():
+                # DecodeGroup.run may have just found the policy unsteady at this very boundary
+                # (nothing has happened since): then it is not asked twice.
+                steady = not self.unsteady and policy.steady_decode()
+                self.unsteady = False
+                if steady:
                     # Iteration-level policies' steady runs are the decode group's; a padded
                     # batch's are fast_forward's.
-                    steady = self.group.run(self) if policy.steady_kind == "running" else steady_run(self)
-                    if (yield from steady):
+                    run = self.group.run(self) if policy.steady_kind == "running" else steady_run(self)
+                    if (yield from run):
                         continue
                 elif policy.mixes_chunks and (yield from mixed_run(self)):
                     continue
