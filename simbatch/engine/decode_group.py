@@ -110,11 +110,15 @@ class DecodeGroup:
 
     def join(self, seq: Sequence) -> None:
         """Add ``seq`` (up to date now) to the group."""
-        self.settled[seq.id] = self.clock
+        clock = self.clock
+        self.settled[seq.id] = clock
         self.members[seq.id] = seq
-        self.account(seq, 1)
-        heapq.heappush(self.finishes, (self.clock + seq.output_tokens - seq.num_generated,
-                                       self.num_joined, seq))
+        # account(seq, 1), written out: one join per request
+        if self.paged:
+            slack = seq.num_blocks * self.block_size - seq.num_computed
+            self.need_at[(clock + slack) % self.block_size] += 1
+        self.context_base += seq.num_computed - clock
+        heapq.heappush(self.finishes, (clock + seq.output_tokens - seq.num_generated, self.num_joined, seq))
         self.num_joined += 1
 
     def account(self, seq: Sequence, sign: int) -> None:
@@ -193,11 +197,14 @@ class DecodeGroup:
         now = env.now
         while self.adopt(policy.running, replica.prev_decode):
             n, context_base, clock = len(self.members), self.context_base, self.clock
+            # The policy's queue (num_waiting is its length): arrivals append to this deque, and
+            # only the replica's own scheduling, which does not run during a stretch, replaces it.
+            queue = policy.waiting
             # With an empty queue an arrival may be admitted next step, so it ends the
             # run; behind a blocked head (steady_decode's promise) arrivals change nothing.
-            stop_on_arrival = policy.num_waiting == 0
+            stop_on_arrival = not queue
             while True:
-                waiting = policy.num_waiting  # the queue as this step starts (nothing below changes it)
+                waiting = len(queue)  # the queue as this step starts (nothing below changes it)
                 if stop_on_arrival and waiting:
                     return done
                 need = need_at[clock % block_size] if paged else 0  # need()
