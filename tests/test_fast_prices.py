@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from simbatch.costmodel import RooflineCostModel, build_cost_model
 from simbatch.costmodel.profile import ProfileCostModel
+from simbatch.costmodel.roofline import PricedByWork
 from simbatch.plan import StepPlan
 
 ROOFLINE = RooflineCostModel("llama-2-7b", "a100-80gb")
@@ -97,3 +98,20 @@ def test_a_two_stream_mixed_cost_equals_step_cost(cm, ctx, chunks):
     fast, slow = cm.mixed_cost(n, sum(ctx), new, cctx, 2), cm.step_cost(plan)
     assert same(fast, slow)
     assert list(fast.breakdown) == list(slow.breakdown)
+
+
+@pytest.mark.parametrize("cm", STREAM_MODELS, ids=["7b", "70b-tp4-overheads", "70b-fp8", "8b-untiled", "moe",
+                                                   "profile"])
+@settings(max_examples=80, deadline=None)
+@given(ctx=st.lists(st.integers(0, 4096), min_size=1, max_size=300), prompt=st.integers(1, 8192),
+       cached=st.integers(0, 4096))
+def test_decode_and_one_prompt_shortcuts_equal_the_general_price(cm, ctx, prompt, cached):
+    # RooflineCostModel prices a steady decode step (decode_cost) and a step of one prompt or
+    # chunk alone (step_cost) from its per-count terms; both must be the general path's price
+    # (PricedByWork's), breakdown keys and order included.
+    n = len(ctx)
+    fast, slow = cm.decode_cost(n, sum(ctx)), PricedByWork.decode_cost(cm, n, sum(ctx))
+    assert same(fast, slow) and list(fast.breakdown) == list(slow.breakdown)
+    plan = StepPlan([7], [prompt], [cached])
+    fast, slow = cm.step_cost(plan), PricedByWork.step_cost(cm, plan)
+    assert same(fast, slow) and list(fast.breakdown) == list(slow.breakdown)

@@ -314,6 +314,52 @@ class RooflineCostModel(PricedByWork):
         flops, nbytes = self.counts(kept)
         return StepCost(sum(bd.values()), bd, flops, nbytes)
 
+    def decode_cost(self, num_seqs: int, context_sum: int) -> StepCost:
+        """:meth:`price` of ``decode_work(num_seqs, context_sum)`` (the fast path's steady decode
+        step), its linear, LM-head and all-reduce terms from :meth:`_count_terms` (kept per
+        count) and the rest by the same expressions in the same order, so bit-identical; the
+        sum leaves out only ``price``'s exact zeros (``sum``'s start, the prefill attention)."""
+        if self._moe:  # routed experts and all-to-all terms: the general path
+            return super().decode_cost(num_seqs, context_sum)
+        n, pairs = num_seqs, context_sum + num_seqs  # decode_work: (n, n, (s + n, s + n, n), no prefill)
+        lin, lm, _, _, _, part_flops, lin_bytes, lm_bytes, ar = (
+            self._stream_terms.get((n, n)) or self._count_terms(n, n))
+        attn = max(pairs * self._attn_flops_pair_dec * self._attn_inv_flops,
+                   (pairs * self._attn_kv_tok + n * self._attn_q_tok_dec) * self._attn_inv_bw)
+        p = self.params  # overhead(), written out
+        over = p["step_overhead_s"] + p["per_seq_overhead_s"] * n + p["per_token_overhead_s"] * n
+        flops = part_flops + pairs * (self._attn_flops_pair_dec if self._mla else self._attn_flops_pair)  # counts()
+        nbytes = pairs * self._attn_kv_tok + n * (self._attn_q_tok_dec if self._mla else self._attn_q_tok)
+        nbytes += lin_bytes
+        nbytes += lm_bytes
+        bd = {"linear": lin, "lm_head": lm, "attn_prefill": 0.0, "attn_decode": attn, "allreduce": ar,
+              "overhead": over}
+        return StepCost(lin + lm + attn + ar + over, bd, float(flops), float(nbytes))
+
+    def step_cost(self, plan: StepPlan) -> StepCost:
+        """A step of one prompt (or chunk) alone, continuous batching's prefill-first step, is
+        priced like :meth:`decode_cost` (same terms, same order, breakdown included); every other
+        plan by the general path."""
+        rids = plan.request_ids
+        if (len(rids) != 1 or plan.num_decode_slots or plan.num_pad_tokens is not None
+                or plan.num_streams != 1 or self._moe or rids[0] < 0 or plan.num_new_tokens[0] < 2):
+            return super().step_cost(plan)
+        k, c = plan.num_new_tokens[0], plan.num_context_tokens[0]
+        pairs, kv = k * c + (k * k + k) // 2, c + k  # _attn_sums([k], [c])
+        lin, lm, _, _, _, part_flops, lin_bytes, lm_bytes, ar = (
+            self._stream_terms.get((k, 1)) or self._count_terms(k, 1))
+        attn = max(pairs * self._attn_flops_pair * self._attn_inv_flops,
+                   (kv * self._attn_kv_tok + k * self._attn_q_tok) * self._attn_inv_bw)
+        p = self.params
+        over = p["step_overhead_s"] + p["per_seq_overhead_s"] * 1 + p["per_token_overhead_s"] * k
+        nbytes = kv * self._attn_kv_tok + k * self._attn_q_tok
+        nbytes += lin_bytes
+        nbytes += lm_bytes
+        bd = {"linear": lin, "lm_head": lm, "attn_prefill": attn, "attn_decode": 0.0, "allreduce": ar,
+              "overhead": over}
+        return StepCost(lin + lm + attn + ar + over, bd, float(part_flops + pairs * self._attn_flops_pair),
+                        float(nbytes))
+
     def overhead(self, work: StepWork, live: int) -> float:
         p = self.params  # (_two_stream_cost writes this formula out too: one call less a step)
         return p["step_overhead_s"] + p["per_seq_overhead_s"] * live + p["per_token_overhead_s"] * work[0]
