@@ -10,8 +10,9 @@ and the requests are not touched per step: the price comes from the
 backend's O(1) ``decode_cost`` / ``padded_decode_cost``. Running requests of
 iteration-level policies live in the replica's :class:`DecodeGroup`, which
 settles a request's counters only when it finishes or the policy needs them,
-so steady decoding costs O(1) per step whatever the batch size; a padded
-batch's rows are advanced once at the end of the run.
+so steady decoding costs O(1) per step whatever the batch size (the steady
+decode run itself is :meth:`simbatch.engine.decode_group.DecodeGroup.run`); a
+padded batch's rows are advanced once at the end of :func:`padded_run`.
 
 Chunked prefill's steps mix the running decodes with prefill chunks. There the
 decodes are still the decode group's (O(1) a step) and the policy plans only
@@ -29,13 +30,6 @@ import numpy as np
 from simbatch.sequence import FINISHED
 
 first = itemgetter(0)  # a (request, tokens) pair's request
-
-
-def steady_run(replica):
-    """SimPy sub-process: fast-forward the steady state the policy promises; returns steps run."""
-    if replica.policy.steady_kind == "padded_batch":
-        return (yield from padded_run(replica))
-    return (yield from decode_run(replica))
 
 
 def padded_run(replica):
@@ -178,46 +172,6 @@ def quiet_steps(now: float, seconds: list, i: int, limit: int, horizon: float) -
     return starts, t
 
 
-def decode_run(replica):
-    """Steady decode steps of every running request, up to and including the first step in
-    which one of them emits its last token; returns how many it ran (0: none)."""
-    env, policy, log, group = replica.env, replica.policy, replica.log, replica.group
-    kv = policy.kv
-    decode_cost = getattr(replica.backend, "decode_cost", None)
-    if decode_cost is None or not group.adopt(policy.running, replica.prev_decode):
-        return 0
-    n, index, append_step = len(group.members), replica.index, log.append_step
-    # With an empty queue an arrival may be admitted next step, so it ends the
-    # run; behind a blocked head (steady_decode's promise) arrivals change nothing.
-    stop_on_arrival = policy.num_waiting == 0
-    done = 0
-    while True:
-        waiting = policy.num_waiting  # the queue as this step starts (nothing below changes it)
-        if stop_on_arrival and waiting:
-            break
-        need = group.need()
-        if need > kv.num_free:
-            break  # the normal path decides whom to preempt
-        kv.take(need)
-        cost = decode_cost(n, group.context())
-        start = env.now
-        yield env.timeout(cost.seconds)
-        step = append_step(replica=index, start_s=start, duration_s=cost.seconds, num_seqs=n, num_slots=n,
-                           prefill_tokens=0, decode_tokens=n, padded_tokens=0, kv_used_blocks=kv.num_used,
-                           num_waiting=waiting, useful_flops=cost.useful_flops, useful_bytes=cost.useful_bytes)
-        group.clock += 1
-        group.last_step = replica.prev_decode = step
-        done += 1
-        if group.next_finish() == group.clock:
-            finish(replica, step)
-            break
-        if env.now >= replica.control_at:
-            break  # a controller may turn a knob at this boundary
-        if replica.inbox is not None and replica.inbox.ready(replica):
-            break  # the loop takes a transfer before the next step
-    return done
-
-
 def mixed_run(replica):
     """Steps of chunked prefill back to back, each its running decodes (run lazily by the
     decode group) plus the chunks the policy plans for what they leave of the budget
@@ -225,7 +179,7 @@ def mixed_run(replica):
 
     It stops where the engine loop would do something else before the next step: a
     controller is due, the transfer inbox has work, the policy promises a steady decode run
-    (:func:`decode_run` takes it), or the next step's decodes cannot all run as the decode
+    (``DecodeGroup.run`` takes it), or the next step's decodes cannot all run as the decode
     group runs them (one does not decode, they do not fit the budget, blocks run short: the
     normal path decides whom to preempt). Between two steps it asks exactly what the loop
     asks, in the same order, so the steps are the step-by-step engine's; what it saves is
@@ -287,12 +241,6 @@ def mixed_run(replica):
         if end >= replica.control_at or (inbox is not None and inbox.ready(replica)) or policy.steady_decode():
             break
     return done
-
-
-def finish(replica, step: int) -> None:
-    """Emit the last token of the members that finished in ``step`` and retire them."""
-    end = replica.env.now
-    replica.policy.on_step_done(None, emit_last_tokens(replica, step, end), end)
 
 
 def emit_last_tokens(replica, step: int, end: float) -> list:

@@ -15,7 +15,7 @@ import simpy
 from simbatch.control import control_tick
 from simbatch.costmodel.base import CostModel
 from simbatch.engine.decode_group import DecodeGroup
-from simbatch.engine.fast_forward import mixed_run, steady_run
+from simbatch.engine.fast_forward import mixed_run, padded_run
 from simbatch.eventlog import EventLog
 from simbatch.plan import StepPlan
 from simbatch.policies.base import Policy
@@ -97,7 +97,7 @@ class Replica:
                 if steady:
                     # Iteration-level policies' steady runs are the decode group's; a padded
                     # batch's are fast_forward's.
-                    run = self.group.run(self) if policy.steady_kind == "running" else steady_run(self)
+                    run = self.group.run(self) if policy.steady_kind == "running" else padded_run(self)
                     if (yield from run):
                         continue
                 elif policy.mixes_chunks and (yield from mixed_run(self)):
