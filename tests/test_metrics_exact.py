@@ -10,6 +10,10 @@ summaries and tables, compared with ``==``, not approximately.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -86,7 +90,7 @@ def reference_weighted(values, counts) -> dict:
     v, c = v[order], c[order]
     cum = np.cumsum(c)
     n = int(cum[-1])
-    out = {"mean": float(np.dot(v, c)) / n}
+    out = {"mean": float(np.sum(v * c)) / n}
     for name, q in (("median", 50), ("p90", 90), ("p99", 99)):
         h = (n - 1) * q / 100.0
         lo = int(np.floor(h))
@@ -139,6 +143,27 @@ def test_weighted_stats_with_dropped_entries_equal_the_copying_version():
     assert weighted_latency_stats(values, counts) == reference_weighted(values, counts)
     assert weighted_latency_stats(values[counts > 0] + 0.0, counts[counts > 0]) == \
         reference_weighted(values[counts > 0], counts[counts > 0])
+
+
+WEIGHTED_MEAN_IN_A_CHILD = """
+import numpy as np
+from simbatch.metrics.summary import weighted_latency_stats
+rng = np.random.default_rng(0)
+print(repr(weighted_latency_stats(rng.exponential(20.0, 2_000_000), rng.integers(1, 4, 2_000_000))["mean"]))
+"""
+
+
+def test_the_weighted_mean_does_not_depend_on_the_blas_thread_count():
+    # np.dot splits a dot product over BLAS threads, so its last bits followed the machine's
+    # thread count (a Dask worker's single thread gave another itl_mean_ms than the process
+    # pool); a run must be a function of its scenario and seed alone.
+    means = set()
+    for threads in ("1", "2", "4"):
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        done = subprocess.run([sys.executable, "-c", WEIGHTED_MEAN_IN_A_CHILD], env=env, capture_output=True,
+                              text=True, check=True)
+        means.add(done.stdout.strip())
+    assert len(means) == 1, means
 
 
 @pytest.mark.parametrize("high", [1, 7, 255, 256, 5000, 65535, 65536, 1 << 40])

@@ -91,7 +91,10 @@ def weighted_latency_stats(values, counts) -> dict:
     order = np.argsort(v, kind="stable")
     v, c = v[order], c[order]
     del order
-    mean = float(np.dot(v, c))  # before the counts become their running sum, in place
+    # before the counts become their running sum, in place; np.sum's pairwise sum, not
+    # np.dot: BLAS splits a dot product by thread, so its last bits would depend on the
+    # machine's thread count and a run would not be a function of its scenario alone
+    mean = float(np.sum(v * c))
     cum = np.cumsum(c, out=c)
     n = int(cum[-1])
 
@@ -182,7 +185,7 @@ def _busy_peak(steps, busy: float, peak) -> float:
     if np.ndim(peak) == 0:
         return busy * peak
     per_step = np.asarray(peak, dtype=np.float64)[column(steps, "replica")]
-    return float(np.dot(column(steps, "duration_s", np.float64), per_step))
+    return float(np.sum(column(steps, "duration_s", np.float64) * per_step))  # not np.dot: see above
 
 
 def _step_metrics(log: EventLog, steps, duration: float, peak_flops: float,
