@@ -105,13 +105,20 @@ def test_a_two_stream_mixed_cost_equals_step_cost(cm, ctx, chunks):
 @settings(max_examples=80, deadline=None)
 @given(ctx=st.lists(st.integers(0, 4096), min_size=1, max_size=300), prompt=st.integers(1, 8192),
        cached=st.integers(0, 4096))
-def test_decode_and_one_prompt_shortcuts_equal_the_general_price(cm, ctx, prompt, cached):
-    # RooflineCostModel prices a steady decode step (decode_cost) and a step of one prompt or
-    # chunk alone (step_cost) from its per-count terms; both must be the general path's price
-    # (PricedByWork's), breakdown keys and order included.
+def test_decode_prompt_and_mixed_shortcuts_equal_the_general_price(cm, ctx, prompt, cached):
+    # RooflineCostModel prices a steady decode step (decode_cost), a step of one prompt or
+    # chunk alone (step_cost) and chunked prefill's mixed steps (mixed_cost) from its per-count
+    # terms; each must be the general path's price (PricedByWork's), breakdown order included.
     n = len(ctx)
     fast, slow = cm.decode_cost(n, sum(ctx)), PricedByWork.decode_cost(cm, n, sum(ctx))
     assert same(fast, slow) and list(fast.breakdown) == list(slow.breakdown)
     plan = StepPlan([7], [prompt], [cached])
     fast, slow = cm.step_cost(plan), PricedByWork.step_cost(cm, plan)
     assert same(fast, slow) and list(fast.breakdown) == list(slow.breakdown)
+    # chunked prefill's mixed step, on one stream and on two (an empty chunk included)
+    for chunks in ([prompt], [prompt, 0, cached // 3 + 1], [0]):
+        cctx = [cached] * len(chunks)
+        for streams in (1, 2):
+            fast = cm.mixed_cost(n, sum(ctx), chunks, cctx, streams)
+            slow = PricedByWork.mixed_cost(cm, n, sum(ctx), chunks, cctx, streams)
+            assert same(fast, slow) and list(fast.breakdown) == list(slow.breakdown)

@@ -316,61 +316,78 @@ class RooflineCostModel(PricedByWork):
 
     def decode_cost(self, num_seqs: int, context_sum: int) -> StepCost:
         """:meth:`price` of ``decode_work(num_seqs, context_sum)`` (the fast path's steady decode
-        step), its linear, LM-head and all-reduce terms from :meth:`_count_terms` (kept per
-        count) and the rest by the same expressions in the same order, so bit-identical; the
-        sum leaves out only ``price``'s exact zeros (``sum``'s start, the prefill attention)."""
-        if self._moe:  # routed experts and all-to-all terms: the general path
+        step), by :meth:`_dense_price`."""
+        if self._moe or not num_seqs:  # routed experts and all-to-all terms: the general path
             return super().decode_cost(num_seqs, context_sum)
-        n, pairs = num_seqs, context_sum + num_seqs  # decode_work: (n, n, (s + n, s + n, n), no prefill)
-        lin, lm, _, _, _, part_flops, lin_bytes, lm_bytes, ar = (
-            self._stream_terms.get((n, n)) or self._count_terms(n, n))
-        attn = max(pairs * self._attn_flops_pair_dec * self._attn_inv_flops,
-                   (pairs * self._attn_kv_tok + n * self._attn_q_tok_dec) * self._attn_inv_bw)
-        p = self.params  # overhead(), written out
-        over = p["step_overhead_s"] + p["per_seq_overhead_s"] * n + p["per_token_overhead_s"] * n
-        flops = part_flops + pairs * (self._attn_flops_pair_dec if self._mla else self._attn_flops_pair)  # counts()
-        nbytes = pairs * self._attn_kv_tok + n * (self._attn_q_tok_dec if self._mla else self._attn_q_tok)
-        nbytes += lin_bytes
-        nbytes += lm_bytes
-        bd = {"linear": lin, "lm_head": lm, "attn_prefill": 0.0, "attn_decode": attn, "allreduce": ar,
-              "overhead": over}
-        return StepCost(lin + lm + attn + ar + over, bd, float(flops), float(nbytes))
+        pairs = context_sum + num_seqs  # decode_work: (n, n, (s + n, s + n, n), no prefill)
+        return self._dense_price(num_seqs, num_seqs, pairs, num_seqs, 0, 0, 0, num_seqs)
 
     def step_cost(self, plan: StepPlan) -> StepCost:
         """A step of one prompt (or chunk) alone, continuous batching's prefill-first step, is
-        priced like :meth:`decode_cost` (same terms, same order, breakdown included); every other
-        plan by the general path."""
+        priced by :meth:`_dense_price`; every other plan by the general path."""
         rids = plan.request_ids
         if (len(rids) != 1 or plan.num_decode_slots or plan.num_pad_tokens is not None
                 or plan.num_streams != 1 or self._moe or rids[0] < 0 or plan.num_new_tokens[0] < 2):
             return super().step_cost(plan)
         k, c = plan.num_new_tokens[0], plan.num_context_tokens[0]
-        pairs, kv = k * c + (k * k + k) // 2, c + k  # _attn_sums([k], [c])
+        return self._dense_price(k, 1, 0, 0, k * c + (k * k + k) // 2, c + k, k, 1)  # _attn_sums([k], [c])
+
+    def mixed_cost(self, num_decodes: int, context_sum: int, chunk_new: list[int],
+                   chunk_ctx: list[int], streams: int = 1) -> StepCost:
+        # The fast path's chunked-prefill steps of a dense model: two streams by
+        # _two_stream_cost, one by _dense_price; the rest (MoE, nothing computed), the base's.
+        n = num_decodes
+        if self._moe or not (n or sum(chunk_new)):
+            return super().mixed_cost(n, context_sum, chunk_new, chunk_ctx, streams)
+        if streams > 1 and n and chunk_new:  # two micro-batches (an empty one: the base's price_streams)
+            if sum(chunk_new):
+                return self._two_stream_cost(n, context_sum, chunk_new, chunk_ctx)
+            return super().mixed_cost(n, context_sum, chunk_new, chunk_ctx, streams)
+        if len(chunk_new) == 1 and chunk_new[0]:  # the usual step under load: one chunk (_attn_sums inline)
+            k, c = chunk_new[0], chunk_ctx[0]
+            pp, pkv, pq, rows = k * c + (k * k + k) // 2, c + k, k, 1
+        else:
+            pp, pkv, pq = _attn_sums(chunk_new, chunk_ctx)
+            rows = len(chunk_new) - chunk_new.count(0)
+        pairs = context_sum + n
+        return self._dense_price(n + pq, n + rows, pairs, n, pp, pkv, pq, n + len(chunk_new))
+
+    def _dense_price(self, tokens: int, rows: int, dec_pairs: int, dec_q: int, pre_pairs: int,
+                     pre_kv: int, pre_q: int, live: int) -> StepCost:
+        """:meth:`price` of a dense model's step of ``tokens`` tokens and ``rows`` logit rows (both
+        > 0) over ``live`` slots, its decode attention ``(dec_pairs, dec_pairs, dec_q)`` and its
+        prefill attention ``(pre_pairs, pre_kv, pre_q)``, with the work all kept.
+
+        The fast path's steps (steady decode, one prompt, chunked prefill's mixed step) are
+        priced here from the linear, LM-head and all-reduce terms :meth:`_count_terms` keeps per
+        count, and the rest by the expressions :meth:`price`, :meth:`attn_seconds`,
+        :meth:`overhead` and :meth:`counts` use, added in their order, so the prices are
+        bit-identical (``tests/test_fast_prices.py``); only ``sum``'s exact start is left out.
+        """
         lin, lm, _, _, _, part_flops, lin_bytes, lm_bytes, ar = (
-            self._stream_terms.get((k, 1)) or self._count_terms(k, 1))
-        attn = max(pairs * self._attn_flops_pair * self._attn_inv_flops,
-                   (kv * self._attn_kv_tok + k * self._attn_q_tok) * self._attn_inv_bw)
-        p = self.params
-        over = p["step_overhead_s"] + p["per_seq_overhead_s"] * 1 + p["per_token_overhead_s"] * k
-        nbytes = kv * self._attn_kv_tok + k * self._attn_q_tok
+            self._stream_terms.get((tokens, rows)) or self._count_terms(tokens, rows))
+        aif, aib, kvt = self._attn_inv_flops, self._attn_inv_bw, self._attn_kv_tok
+        attn_p = (max(pre_pairs * self._attn_flops_pair * aif, (pre_kv * kvt + pre_q * self._attn_q_tok) * aib)
+                  if pre_q else 0.0)
+        attn_d = (max(dec_pairs * self._attn_flops_pair_dec * aif,
+                      (dec_pairs * kvt + dec_q * self._attn_q_tok_dec) * aib) if dec_q else 0.0)
+        p = self.params  # overhead(), written out
+        over = p["step_overhead_s"] + p["per_seq_overhead_s"] * live + p["per_token_overhead_s"] * tokens
+        if self._mla:  # counts(): decode and prefill attention count differently
+            attn_flops = dec_pairs * self._attn_flops_pair_dec + pre_pairs * self._attn_flops_pair
+            q_bytes = dec_q * self._attn_q_tok_dec + pre_q * self._attn_q_tok
+        else:
+            attn_flops, q_bytes = (dec_pairs + pre_pairs) * self._attn_flops_pair, (dec_q + pre_q) * self._attn_q_tok
+        nbytes = (dec_pairs + pre_kv) * kvt + q_bytes
         nbytes += lin_bytes
         nbytes += lm_bytes
-        bd = {"linear": lin, "lm_head": lm, "attn_prefill": attn, "attn_decode": 0.0, "allreduce": ar,
+        bd = {"linear": lin, "lm_head": lm, "attn_prefill": attn_p, "attn_decode": attn_d, "allreduce": ar,
               "overhead": over}
-        return StepCost(lin + lm + attn + ar + over, bd, float(part_flops + pairs * self._attn_flops_pair),
-                        float(nbytes))
+        return StepCost(lin + lm + attn_p + attn_d + ar + over, bd, float(part_flops + attn_flops), float(nbytes))
 
     def overhead(self, work: StepWork, live: int) -> float:
         p = self.params  # (_two_stream_cost writes this formula out too: one call less a step)
         return p["step_overhead_s"] + p["per_seq_overhead_s"] * live + p["per_token_overhead_s"] * work[0]
-
-    def mixed_cost(self, num_decodes: int, context_sum: int, chunk_new: list[int],
-                   chunk_ctx: list[int], streams: int = 1) -> StepCost:
-        # A two-stream step of a dense model takes the specialised price below (the fast
-        # path's chunked prefill with streams: 2 is mostly such steps); the rest, the base's.
-        if streams > 1 and num_decodes and not self._moe and sum(chunk_new):
-            return self._two_stream_cost(num_decodes, context_sum, chunk_new, chunk_ctx)
-        return super().mixed_cost(num_decodes, context_sum, chunk_new, chunk_ctx, streams)
 
     def _two_stream_cost(self, n: int, s: int, chunk_new: list[int], chunk_ctx: list[int]) -> StepCost:
         """:meth:`price_streams` of ``n`` decodes (contexts summing to ``s``) beside prefill
