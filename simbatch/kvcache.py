@@ -92,7 +92,7 @@ class KVCache:
         if self.mode == "max_length":
             target = self.blocks_for(self.reservation(seq))
         else:
-            target = -(-(seq.num_computed + num_new) // self.block_size)  # blocks_for, inlined: per step
+            target = self.blocks_for(seq.num_computed + num_new)
         return max(0, target - seq.num_blocks)
 
     def reservation(self, seq: Sequence) -> int:
@@ -137,7 +137,7 @@ class KVCache:
         hit, held = match
         if self.mode == "max_length":
             return max(0, self.blocks_for(self.reservation(seq)) - held)
-        return max(0, -(-(hit + num_new) // self.block_size) - held)  # blocks_for, inlined: per step
+        return max(0, self.blocks_for(hit + num_new) - held)
 
     def claim(self, seq: Sequence, match: tuple[int, int]) -> None:
         """Admit ``seq`` onto its cached prefix (``match`` from :meth:`match`)."""

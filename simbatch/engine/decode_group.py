@@ -113,11 +113,7 @@ class DecodeGroup:
         clock = self.clock
         self.settled[seq.id] = clock
         self.members[seq.id] = seq
-        # account(seq, 1), written out: one join per request
-        if self.paged:
-            slack = seq.num_blocks * self.block_size - seq.num_computed
-            self.need_at[(clock + slack) % self.block_size] += 1
-        self.context_base += seq.num_computed - clock
+        self.account(seq, 1)
         heapq.heappush(self.finishes, (clock + seq.output_tokens - seq.num_generated, self.num_joined, seq))
         self.num_joined += 1
 

@@ -227,7 +227,7 @@ def mixed_run(replica):
         group.clock += 1
         group.last_step = replica.prev_decode = step
         if group.next_finish() == group.clock:
-            finished += emit_last_tokens(replica, step, end)
+            finished += group.emit_finished(replica, step, end)
         on_step_done(None, finished, end)
         # The requests whose prefill this step completed decode next: join them now (in running
         # order, as adopt_decoding's scan of the running list would) rather than by that scan.
@@ -240,14 +240,6 @@ def mixed_run(replica):
         # What Replica.run asks before its next step, in its order.
         if end >= replica.control_at or (inbox is not None and inbox.ready(replica)) or policy.steady_decode():
             break
-    return done
-
-
-def emit_last_tokens(replica, step: int, end: float) -> list:
-    """The decode group's members that emitted their last token in ``step``, emitted."""
-    done = replica.group.pop_finished()
-    for seq in done:
-        replica.emit(seq, step, end, True)
     return done
 
 

@@ -73,8 +73,7 @@ class Replica:
     def submit(self, seq: Sequence) -> None:
         """Queue an arriving request and wake the replica if it is idle."""
         self.policy.add(seq, self.env.now)
-        if not self.wakeup.triggered:  # wake(), inlined: one call per arrival
-            self.wakeup.succeed()
+        self.wake()
 
     def wake(self) -> None:
         """Wake the replica if it idles (a no-op while it steps)."""
@@ -140,10 +139,7 @@ class Replica:
         if len(rids) > decode_slots:  # prefill chunks (a prefill-only step has no decode slot)
             seqs = self.seqs
             chunks = [(seqs[rid], n) for rid, n in zip(rids[decode_slots:], news[decode_slots:]) if rid >= 0]
-            if finished:
-                finished += self.apply_chunks(chunks, step, start, end)
-            else:
-                finished = self.apply_chunks(chunks, step, start, end)
+            finished += self.apply_chunks(chunks, step, start, end)
         if decode_tokens:
             self.prev_decode = step
         return finished

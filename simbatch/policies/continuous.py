@@ -92,12 +92,6 @@ class ContinuousPolicy(IterationPolicy):
         ``prefills``' prompts; None when both are empty."""
         if not prefills and not decodes:
             return None
-        if not decodes and len(prefills) == 1 and self.params.streams == 1:
-            # The usual prefill-first step: one whole prompt (the general form, without its
-            # three list comprehensions; padding needs two prompts).
-            seq = prefills[0]
-            return StepPlan(request_ids=[seq.id], num_new_tokens=[seq.num_tokens - seq.num_computed],
-                            num_context_tokens=[seq.num_computed])
         slots = decodes + prefills
         pads = None
         if self.params.max_paddings is not None and len(prefills) > 1:  # padded to the longest
