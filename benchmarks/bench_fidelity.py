@@ -18,6 +18,11 @@ which error each one moved:
 Targets: TTFT p50/p90 and TPOT p50/p90 within 15 % and attainment within 0.08
 on every log, with one set of engine parameters per system, fitted only on the
 vLLM logs at 2 req/s or less (DistServe: its 3 and 4.5 req/s logs).
+Before the stages, each system's logs are checked against each other from their
+own timestamps (simbatch.measured.speed): how much longer each log's decode
+windows ran than a step model fitted on the other logs predicts, given each
+log's own batches and prompts (colocated servers only). It needs no
+simulation and no engine term.
 ``--refit`` fits the terms again here (simbatch calibrate --from-log) instead of
 taking the preset's. Not a test: it asserts nothing.
 
@@ -95,6 +100,16 @@ def print_stage(system: str, stage: str, rows: list[dict], fitted: set[str]) -> 
     return met
 
 
+def print_speeds(system: str, runs) -> None:
+    """How each log's decode steps compare with a step model read from the other logs' own
+    timestamps (simbatch.measured.speed): logs of one server in one state agree within a few
+    percent; one parameter set fitted across logs that do not averages their speeds."""
+    from simbatch.measured.speed import speed_table
+
+    print(f"\n{system}, the logs' own step speed (decode windows vs a model fitted on the other logs)")
+    print(speed_table(runs))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--refit", action="store_true", help="fit the engine terms here instead of using the preset")
@@ -122,6 +137,8 @@ def main() -> int:
         print(f"{system}: {scenario.data['model']} on {scenario.data['hardware']}, engine "
               + ", ".join(f"{k} {v}" for k, v in full.items()))
         fitted = {Path(r.source).name for r in fit_runs}
+        if not scenario.is_disaggregated:  # the check's equation is a colocated server's
+            print_speeds(system, runs)
         for stage in stage_stages(scenario):
             print_stage(system, stage, evaluate(scenario, runs, stage_engine(full, stage), stage), fitted)
     return 0

@@ -38,6 +38,7 @@ def run_from_log(args) -> None:
     text = engine_yaml(engine, fit_runs)
     print(text, end="")
     print(error_table(scenario, engine, fit_runs, check_runs))
+    print(speed_note(scenario, fit_runs + check_runs))
     if out is not None:
         from simbatch.report.outputs import atomic_write
 
@@ -82,3 +83,18 @@ def error_table(scenario, engine: dict, fit_runs, check_runs) -> str:
             rows.append(row)
     headers = list(rows[0])
     return "measured / predicted:\n" + render(headers, [[str(r[h]) for h in headers] for r in rows]) + "\n"
+
+
+def speed_note(scenario, runs) -> str:
+    """The logs' own step speeds (:mod:`simbatch.measured.speed`): whether one parameter set can
+    fit them all. Colocated servers only: a disaggregated decode window also holds the hand-over
+    from the prefill instance, which the check's equation does not price."""
+    from simbatch.measured.speed import speed_table
+
+    if len(runs) < 2:
+        return "step speed check: needs two logs or more"
+    if scenario.is_disaggregated:
+        return "step speed check: skipped (colocated servers only)"
+    return ("step speed of each log against the others (from the logs alone; logs of one server in one "
+            "state agree within a few percent, and one parameter set fitted across logs that do not "
+            "averages their speeds):\n" + speed_table(runs))

@@ -668,4 +668,4 @@ def _assemble(source: str, system: str, arrival, prompt, output, first, finish, 
                        output_tokens=np.asarray(output, np.int64)[order],
                        first_token_s=np.asarray(first, np.float64)[order] - t0,
                        finish_s=np.asarray(finish, np.float64)[order] - t0,
-                       ok=ok, token_times=tokens, notes=notes)
+                       ok=ok, token_times=tokens, notes=notes, clock_start_s=t0)

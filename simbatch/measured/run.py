@@ -39,6 +39,9 @@ class MeasuredRun:
     ok: np.ndarray | None = None  # bool; None: every request succeeded
     token_times: list[np.ndarray] | None = None
     notes: list[str] = field(default_factory=list)
+    # The log's own clock at the first send, before re-basing (NaN: not known). Runs logged
+    # on one machine's monotonic clock (DistServe's .exp files) are ordered in time by it.
+    clock_start_s: float = float("nan")
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
