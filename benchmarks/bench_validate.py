@@ -10,8 +10,11 @@ with the same thread count (calibrated first when no such profile exists).
 Prints the errors table with the noise floor beside the step errors, then
 issue 16's targets per policy: median step APE at most 10 % and at most twice
 the median noise APE; TTFT p50, E2EL p50 and throughput within 15 %; and with
-``--repeats 2`` or more, each figure within 5 points between runs. The first
-line names this machine's CPU; the profile line says whether the profile was
+``--repeats 2`` or more, each figure within 5 points between runs. Before it
+all, ``--drift-s`` seconds (30) of one fixed decode step, timed in 2-s windows,
+show how much this machine's own speed moves: a figure that moves more than
+the targets' tolerances between windows cannot be told from the machine by
+any cost model. The first line names this machine's CPU; the profile line says whether the profile was
 found, calibrated here, or (with ``--profile``) measured elsewhere. Writes
 the full outputs to ``--out``.
 
@@ -74,6 +77,8 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeats", type=int, default=1,
                    help="validate this many times in a row (same profile): how much is noise")
+    p.add_argument("--drift-s", type=float, default=30.0,
+                   help="seconds to time one fixed step first: how much this machine's speed moves (0: skip)")
     args = p.parse_args()
     if not TRACE.is_file():
         print(f"skipped: {TRACE} not found (the shared traces are not shipped)")
@@ -90,6 +95,8 @@ def main() -> int:
           f"{np.median(prompts):.0f} (max {max(prompts)}), output median {np.median(outputs):.0f} "
           f"(max {max(outputs)}), {args.rate} req/s; tiny model, CPU, {args.threads} thread(s)")
     start = time.perf_counter()
+    if args.drift_s > 0:
+        print(drift_line(args.drift_s, args.threads))
     profile = args.profile
     runs = []
     for r in range(args.repeats):
@@ -108,6 +115,22 @@ def main() -> int:
     print_targets(runs)
     print(f"total {time.perf_counter() - start:.0f} s; wrote {args.out}/validation.json")
     return 0
+
+
+def drift_line(seconds: float, threads: int) -> str:
+    """One fixed decode step of the tiny model timed for ``seconds`` (2-s windows): how much this
+    machine's own speed moves, which no cost model can follow and no target can be told from."""
+    from simbatch.backends.torch_backend import TorchBackend
+    from simbatch.models import get_model
+    from simbatch.validation.noise import speed_drift
+
+    backend = TorchBackend(get_model("tiny", "model"), num_blocks=64, block_size=16, device="cpu",
+                           dtype="float32", seed=0, threads=threads)
+    backend.warmup()
+    m = speed_drift(backend, seconds=seconds) * 1e3
+    p10, p50, p90 = np.quantile(m, [0.1, 0.5, 0.9])
+    return (f"machine drift: one fixed decode step over {seconds:.0f} s, median per 2-s window: p10 {p10:.2f} ms, "
+            f"p50 {p50:.2f} ms, p90 {p90:.2f} ms (p90/p10 {p90 / p10:.2f}; min {m.min():.2f}, max {m.max():.2f})")
 
 
 def how_chosen(result) -> str:

@@ -195,3 +195,16 @@ def test_replay_executes_a_recorded_plan_again_and_leaves_the_run_as_it_was():
         assert again.plan.num_context_tokens == rec.plan.num_context_tokens
         assert [r < 0 for r in again.plan.request_ids] == [r < 0 for r in rec.plan.request_ids]
     assert b.steps == steps and dict(b.pool.lengths) == lengths and b.pool.num_free == free
+
+
+def test_speed_drift_times_one_fixed_step_per_window():
+    """The machine-drift probe: window medians of one unchanging decode step, in order, and the
+    pool left as it was (bench_validate prints their spread before issue 16's targets)."""
+    from simbatch.validation.noise import speed_drift
+
+    backend = TorchBackend("tiny", num_blocks=64, block_size=16, device="cpu", dtype="float32", threads=1)
+    backend.warmup()
+    free = backend.pool.num_free
+    medians = speed_drift(backend, contexts=(40, 60), seconds=0.6, window_s=0.2)
+    assert 2 <= len(medians) <= 4 and (medians > 0).all()
+    assert backend.pool.num_free == free and backend.steps == []

@@ -14,6 +14,12 @@ its typical time would still show on single measurements. The compared time
 is the backend's own (prepare + forward + bookkeeping), the part a replay can
 repeat; the engine's scheduling time between steps is left out of both.
 
+Replays measure the spread of back-to-back executions; they do not see the
+machine's speed moving over seconds, which on a shared machine is the larger
+part. :func:`speed_drift` measures that on its own: one fixed plan executed
+for a while, its median time in each window (``benchmarks/bench_validate.py``
+prints it before the targets, which it cannot be told apart from).
+
 ``validation.json`` gets ``noise_ape {median, p90, steps}`` per policy (and
 per step kind), and ``step_ape_over_noise``: the median step error over the
 median noise APE. A ratio near 1 or below means the step errors are what the
@@ -86,3 +92,31 @@ def over_noise(step_ape: dict, noise: dict) -> float | None:
 
 def _backend_time(record) -> float:
     return record.prepare_s + record.forward_s + record.post_s
+
+
+def speed_drift(backend, contexts: tuple[int, ...] = (280, 300, 320), seconds: float = 30.0,
+                window_s: float = 2.0) -> np.ndarray:
+    """The machine's speed over time: one decode step of ``len(contexts)`` sequences at these
+    contexts, executed back to back for ``seconds``; the median forward time (s) of each
+    ``window_s`` window, in order. With nothing else changing, their spread is the machine's
+    (other processes, clocks, caches shared with neighbours)."""
+    import time
+
+    from simbatch.plan import StepPlan
+
+    ids = list(range(len(contexts)))
+    plan = StepPlan(ids, [1] * len(ids), list(contexts))
+    medians, end = [], time.monotonic() + seconds
+    try:
+        while time.monotonic() < end:
+            times, stop = [], time.monotonic() + window_s
+            while time.monotonic() < stop:
+                for rid, ctx in zip(ids, contexts):
+                    backend.pool.pretend(rid, ctx)  # the same context every time: the step never changes
+                backend.step_cost(plan)
+                times.append(backend.steps.pop().forward_s)
+            medians.append(float(np.median(times)))
+    finally:
+        for rid in ids:
+            backend.pool.release(rid)
+    return np.asarray(medians)
