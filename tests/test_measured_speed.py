@@ -94,3 +94,17 @@ def test_calibrate_from_log_prints_the_speed_check(tmp_path, capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert "step speed of each log against the others" in out and "l2.csv" in out.split("step speed")[-1]
+
+
+@pytest.mark.skipif(not MEASURED.is_dir(), reason="../shared/measured is absent (measured runs are not shipped)")
+def test_validate_against_reports_the_speed_of_a_log_inside_the_others_load():
+    """validate --against's entries: vllm-200-2 (logged 1.5 h later, batch 20 between the others'
+    12 and 26) ran > 8 % slower; the two outside logs get None, not an extrapolation."""
+    from simbatch.scenario import load_scenario
+    from simbatch.validation.against import validate_runs
+
+    root = Path(__file__).resolve().parents[1]
+    runs = [read_measured(MEASURED / f"{n}.exp") for n in ("vllm-150-1.5", "vllm-200-2", "vllm-250-2.5")]
+    result = validate_runs(load_scenario(root / "scenarios" / "vllm_opt13b_a100.yaml"), runs)
+    speeds = [v.errors["steps_vs_other_logs"] for v in result.logs]
+    assert speeds[0] is None and speeds[2] is None and speeds[1] > 0.08

@@ -93,6 +93,8 @@ def test_measured_logs_command_writes_every_file(tmp_path):
     # gives it (about 66k tokens), far above the 1 req/s run's.
     low, high = (e["inflight_tokens_p99_measured"] for e in doc["against"])
     assert 10_000 < low < 15_000 and 50_000 < high < doc["against"][1]["kv_capacity_tokens"]
+    # Two logs: each one's load lies outside the other's, so neither speed is compared (None).
+    assert [e["steps_vs_other_logs"] for e in doc["against"]] == [None, None]
     for name in ("vllm-100-1", "vllm-300-3"):
         assert (out / "pairs" / f"{name}.csv").stat().st_size > 0
         assert (out / "cdfs" / f"{name}.png").stat().st_size > 0

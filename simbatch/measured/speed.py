@@ -130,15 +130,34 @@ def speed_table(runs: list[MeasuredRun]) -> str:
     t0 = min(clocks) if len(clocks) > 1 else float("nan")  # one reading for all: logs re-based at 0
     width = max(len(_name(r)) for r in runs)
     batches = [mean_batch(w) for w in windows]
+    inside = _inside(batches)
     lines = [f"{'log':<{width}}  {'logged at':>10}  {'probes':>6}  {'batch':>5}  steps vs the other logs"]
     for i, (run, w, speed) in enumerate(zip(runs, windows, speeds)):
         at = f"+{run.clock_start_s - t0:,.0f} s" if np.isfinite(run.clock_start_s) and np.isfinite(t0) else "-"
         shown = "n/a" if not np.isfinite(speed) else f"{speed * 100:+.1f} %"
-        others = [b for j, b in enumerate(batches) if j != i and np.isfinite(b)]
-        if np.isfinite(speed) and others and not min(others) <= batches[i] <= max(others):
+        if np.isfinite(speed) and not inside[i]:
             shown += "  (load outside the others': extrapolated)"
         lines.append(f"{_name(run):<{width}}  {at:>10}  {len(w.seconds):>6}  {batches[i]:>5.1f}  {shown}")
     return "\n".join(lines)
+
+
+def comparable_speeds(runs: list[MeasuredRun]) -> list[float]:
+    """:func:`relative_speed`, NaN for a run whose mean batch lies outside the other runs'
+    (its figure would extrapolate the others' step model, not compare with it)."""
+    if len(runs) < 2:
+        raise ValueError("relative speed needs two runs or more")
+    windows = [decode_windows(r) for r in runs]
+    inside = _inside([mean_batch(w) for w in windows])
+    return [s if ok else float("nan") for s, ok in zip(_relative(windows), inside)]
+
+
+def _inside(batches: list[float]) -> list[bool]:
+    """Whether each run's mean batch lies within the other runs' range."""
+    out = []
+    for i, b in enumerate(batches):
+        others = [x for j, x in enumerate(batches) if j != i and np.isfinite(x)]
+        out.append(bool(others) and np.isfinite(b) and min(others) <= b <= max(others))
+    return out
 
 
 def mean_batch(windows: Windows) -> float:

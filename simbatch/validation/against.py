@@ -26,7 +26,12 @@ Error definitions (``validation.json``'s ``against`` entries), each signed,
 
 Each entry also holds ``log`` (its path), ``num_requests``, ``offered_rate``
 (requests/s the client sent) and the absolute values behind each error,
-``<metric>_measured`` and ``<metric>_predicted`` (ms; req/s for throughput).
+``<metric>_measured`` and ``<metric>_predicted`` (ms; req/s for throughput),
+and ``steps_vs_other_logs``: how much longer (+) this log's decode windows ran
+than a step model read from the other logs' own timestamps predicts
+(:mod:`simbatch.measured.speed`; None with one log, where the log's load lies
+outside the others', or for a disaggregated scenario). Logs of one server in one state agree within a few percent; one
+set of engine terms cannot match logs that do not.
 """
 
 from __future__ import annotations
@@ -52,7 +57,8 @@ ERROR_KEYS = tuple(f"{m.removesuffix('_ms')}_err" for m in METRICS)
 VALUE_KEYS = tuple(f"{m}_{side}" for m in METRICS for side in ("measured", "predicted"))
 ENTRY_KEYS = ("log", "num_requests", "offered_rate", *ERROR_KEYS,
               "attainment_measured", "attainment_predicted", *VALUE_KEYS,
-              "inflight_tokens_p99_measured", "inflight_tokens_p99_predicted", "kv_capacity_tokens")
+              "inflight_tokens_p99_measured", "inflight_tokens_p99_predicted", "kv_capacity_tokens",
+              "steps_vs_other_logs")
 PAIR_COLUMNS = ("id", "arrival_s", "prompt", "output",
                 *(f"{col}_{side}" for _, col, _ in LATENCIES for side in ("measured", "predicted")))
 
@@ -126,8 +132,22 @@ def validate_runs(scenario: Scenario, runs: list[MeasuredRun], labels: list[str]
     """:func:`validate_against` on runs already read (``labels``: each run's ``log``; default its source)."""
     labels = labels or [r.source for r in runs]
     names = log_names(labels)
-    return AgainstResult(scenario, [validate_run(scenario, run, label, name)
-                                    for run, label, name in zip(runs, labels, names)])
+    logs = [validate_run(scenario, run, label, name) for run, label, name in zip(runs, labels, names)]
+    for v, speed in zip(logs, log_speeds(scenario, runs)):
+        v.errors["steps_vs_other_logs"] = speed
+    return AgainstResult(scenario, logs)
+
+
+def log_speeds(scenario: Scenario, runs: list[MeasuredRun]) -> list[float | None]:
+    """Each log's own step speed against the others' (:func:`simbatch.measured.speed.
+    comparable_speeds`): None with one log, for a log whose load lies outside the others'
+    (an extrapolation, not a comparison), or for a disaggregated scenario (a decode window
+    there also holds the hand-over from the prefill instance, which the check does not price)."""
+    from simbatch.measured.speed import comparable_speeds
+
+    if len(runs) < 2 or scenario.is_disaggregated:
+        return [None] * len(runs)
+    return [None if not np.isfinite(s) else float(s) for s in comparable_speeds(runs)]
 
 
 def validate_run(scenario: Scenario, run: MeasuredRun, label: str, name: str) -> LogValidation:
@@ -143,7 +163,8 @@ def validate_run(scenario: Scenario, run: MeasuredRun, label: str, name: str) ->
     entry = {"log": label, "num_requests": len(run), "offered_rate": run.offered_rate, **errors,
              "inflight_tokens_p99_measured": inflight_tokens(measured),
              "inflight_tokens_p99_predicted": inflight_tokens(predicted.requests),
-             "kv_capacity_tokens": kv_capacity_tokens(predicted.summary, scenario)}
+             "kv_capacity_tokens": kv_capacity_tokens(predicted.summary, scenario),
+             "steps_vs_other_logs": None}  # set by validate_runs, which sees every log
     return LogValidation(name, run, predicted, pair_requests(measured, predicted.requests),
                          {k: entry[k] for k in ENTRY_KEYS})
 
