@@ -92,7 +92,14 @@ def test_process_executor_drops_queued_jobs_on_close():
     running = [executor.submit(time.sleep, 0.5) for _ in range(2)]
     queued = [executor.submit(time.sleep, 0.5) for _ in range(6)]
     executor.close()
-    assert all(f.done() for f in running + queued) and sum(f.cancelled() for f in queued) >= 4
+    # The pool hands up to workers + EXTRA_QUEUED_CALLS jobs to its call queue ahead of the
+    # workers, and those count as started; every job behind them must be dropped (without
+    # cancel_futures none is). How many were handed over by close time is a race, so the
+    # bound is the guaranteed one.
+    from concurrent.futures.process import EXTRA_QUEUED_CALLS
+
+    assert all(f.done() for f in running + queued)
+    assert sum(f.cancelled() for f in queued) >= len(queued) - (2 + EXTRA_QUEUED_CALLS)
 
 
 def test_dask_executor_maps_in_order(dask_executor):
