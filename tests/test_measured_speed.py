@@ -46,6 +46,24 @@ def test_first_tokens_of_one_prompt_step_count_once():
     assert decode_windows(r).features[0][3] == 1
 
 
+def test_a_big_log_is_read_through_evenly_spaced_probes():
+    """200,000 requests: MAX_PROBES windows, each from the requests near it (not the whole log)."""
+    from simbatch.measured.speed import MAX_PROBES
+
+    rng = np.random.default_rng(0)
+    n = 200_000
+    arrival = np.sort(rng.uniform(0, 2000, n))
+    output = rng.integers(3, 300, n)
+    first = arrival + 0.1
+    run = MeasuredRun(source="big.csv", system="", arrival_s=arrival, prompt_tokens=rng.integers(10, 1000, n),
+                      output_tokens=output, first_token_s=first, finish_s=first + 0.05 * output)
+    w = decode_windows(run)
+    assert len(w.seconds) == MAX_PROBES
+    # 100 req/s, windows of 0.05 s a token: a probe decodes beside about 100 x 0.05 x mean output others.
+    batch = w.features[:, 1].sum() / w.features[:, 0].sum()
+    assert 0.5 * 100 * 0.05 * output.mean() < batch < 2 * 100 * 0.05 * output.mean()
+
+
 def own_log(tmp_path: Path, rate: float, extra: list[str]) -> MeasuredRun:
     path = tmp_path / f"log-{rate}-{len(extra)}.csv"
     run(load_scenario("chat", SMALL + [f"workload.synthetic.arrival.rate={rate}"] + extra)).requests.to_csv(

@@ -40,6 +40,7 @@ from simbatch.measured.run import MeasuredRun
 
 FEATURES = ("steps", "steps x batch", "steps x kcontext", "prompt steps", "prompt tokens")
 MIN_OUTPUT = 3  # a window of one step is one step's jitter; two or more steps average it
+MAX_PROBES = 2000  # evenly spaced probes per log at most: enough for a fit, and bounded time on big logs
 SAME_STEP_S = 1e-3  # first tokens this close together came out of one prompt step
 
 
@@ -52,30 +53,34 @@ class Windows:
 
 
 def decode_windows(run: MeasuredRun) -> Windows:
-    """The equations (module docstring) of every completed request with at least
-    :data:`MIN_OUTPUT` output tokens."""
+    """The equations (module docstring) of the completed requests with at least
+    :data:`MIN_OUTPUT` output tokens (at most :data:`MAX_PROBES` of them, evenly spaced)."""
     ok = run.succeeded & np.isfinite(run.first_token_s) & np.isfinite(run.finish_s)
-    first, last = run.first_token_s[ok], run.finish_s[ok]
-    prompt = run.prompt_tokens[ok].astype(np.float64)
-    output = run.output_tokens[ok].astype(np.float64)
+    order = np.argsort(run.first_token_s[ok], kind="stable")  # neighbours sorted by first token
+    first, last = run.first_token_s[ok][order], run.finish_s[ok][order]
+    prompt = run.prompt_tokens[ok][order].astype(np.float64)
+    output = run.output_tokens[ok][order].astype(np.float64)
     span = np.maximum(last - first, 1e-9)
-    order = np.argsort(first, kind="stable")
-    firsts = first[order]
+    longest = float(span.max()) if span.size else 0.0
+    probes = np.flatnonzero((output >= MIN_OUTPUT) & (last > first))
+    if len(probes) > MAX_PROBES:
+        probes = probes[np.linspace(0, len(probes) - 1, MAX_PROBES).round().astype(int)]
     rows, seconds = [], []
-    for i in np.flatnonzero(output >= MIN_OUTPUT):
+    for i in probes:
         lo, hi = first[i], last[i]
-        start, end = np.maximum(first, lo), np.minimum(last, hi)
+        # Only requests whose first token came before hi and at most the longest window before
+        # lo can overlap [lo, hi]: a slice of the sorted neighbours, not the whole log.
+        near = slice(np.searchsorted(first, lo - longest, "left"), np.searchsorted(first, hi, "left"))
+        f, c, p, o, w = first[near], last[near], prompt[near], output[near], span[near]
+        start, end = np.maximum(f, lo), np.minimum(c, hi)
         overlap = np.clip(end - start, 0.0, None)
         # Each neighbour's context at the middle of its overlap (linear growth over its window).
-        middle = (start + end) / 2
-        context = prompt + np.clip((middle - first) / span, 0.0, 1.0) * output
+        context = p + np.clip(((start + end) / 2 - f) / w, 0.0, 1.0) * o
         width = hi - lo
-        batch = overlap.sum() / width
-        kcontext = (overlap * context).sum() / width / 1e3
-        inside = order[np.searchsorted(firsts, lo, "right"):np.searchsorted(firsts, hi, "left")]
+        inside = (f > lo) & (f < hi)
         steps = output[i] - 1
-        rows.append((steps, steps * batch, steps * kcontext,
-                     _distinct(first[inside]), prompt[inside].sum()))
+        rows.append((steps, steps * overlap.sum() / width, steps * (overlap * context).sum() / width / 1e3,
+                     _distinct(f[inside]), p[inside].sum()))
         seconds.append(width)
     return Windows(np.asarray(rows, np.float64).reshape(-1, len(FEATURES)), np.asarray(seconds, np.float64))
 
