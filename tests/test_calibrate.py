@@ -341,3 +341,21 @@ def test_profiles_without_step_rows_price_as_before(tmp_path):
 
     cm = build_cost_model({"kind": "profile"}, "llama-2-7b", "a100-80gb")
     assert cm.backend_terms is None and "backend_terms" not in cm.describe()
+
+
+@needs_torch
+def test_calibration_plans_gather_scattered_blocks():
+    """The calibration's pool hands blocks out in a seeded random order, as a running engine's
+    scattered pool does (bench_backend's docstring: gathering scattered blocks is slower), and
+    the same seed gives the same layout."""
+    from simbatch.backends.torch_backend import TorchBackend
+    from simbatch.calibrate.bench_backend import scatter_blocks
+
+    tables = []
+    for _ in range(2):
+        pool = TorchBackend("tiny", num_blocks=64, block_size=16, threads=1).pool
+        scatter_blocks(pool, seed=3)
+        pool.pretend(0, 16 * 8)
+        tables.append(list(pool.tables[0]))
+    assert tables[0] == tables[1] and sorted(tables[0]) != tables[0]
+    assert len(set(tables[0])) == 8
