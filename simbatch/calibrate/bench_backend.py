@@ -38,7 +38,7 @@ only (blocks allocated, lengths set): timing does not depend on its values,
 and a 64 x 1024 decode batch needs no 64K-token prefill first. Its blocks are
 handed out in a seeded random order, not block 0 first: a serving engine's
 pool is scattered once requests have come and gone, and gathering scattered
-blocks is slower (decodes of 16 rows at 300-512 context: +6 to +26 %, 4 rows
+blocks is slower (decodes of 16 rows at 300-512 context: +6 to +25 %, 4 rows
 at 300: -9 to +9 %, against the same plans on in-order blocks, interleaved,
 tiny model, 2-core EPYC).
 """
