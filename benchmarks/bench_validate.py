@@ -16,7 +16,7 @@ show how much this machine's own speed moves: a figure that moves more than
 the targets' tolerances between windows cannot be told from the machine by
 any cost model. The first line names this machine's CPU; the profile line says whether the profile was
 found, calibrated here, or (with ``--profile``) measured elsewhere. Writes
-the full outputs to ``--out``.
+the full outputs to ``--out``/run1, run2, ... (one per repeat).
 
 This is a benchmark, not a test: it asserts nothing, and CPU timings move with
 whatever else runs on the machine.
@@ -108,12 +108,13 @@ def main() -> int:
         for kind, v in result.policies.items():
             o, load = v.errors["overhead_median_ms"], v.errors["load_average_1min"]
             print(f"{kind}: measured run {v.wall_s:.1f} s; median step overhead {o['measured']:.3f} ms measured, "
-                  f"{o['predicted']:.3f} ms predicted; load average {load['before']} -> {load['after']}")
-        out = args.out if args.repeats == 1 else args.out / f"run{r + 1}"
+                  f"{o['predicted']:.3f} ms predicted; load average {load['before']} -> {load['after']}; "
+                  f"{speed_text(v.errors['machine_speed'])}")
+        out = args.out / f"run{r + 1}"  # beside the scenario file written above, never into its folder
         write_validation(out, result)
         profile = out / "profile" if result.profile_fresh else result.profile_path
     print_targets(runs)
-    print(f"total {time.perf_counter() - start:.0f} s; wrote {args.out}/validation.json")
+    print(f"total {time.perf_counter() - start:.0f} s; wrote {args.out}/run*/validation.json")
     return 0
 
 
@@ -131,6 +132,15 @@ def drift_line(seconds: float, threads: int) -> str:
     p10, p50, p90 = np.quantile(m, [0.1, 0.5, 0.9])
     return (f"machine drift: one fixed decode step over {seconds:.0f} s, median per 2-s window: p10 {p10:.2f} ms, "
             f"p50 {p50:.2f} ms, p90 {p90:.2f} ms (p90/p10 {p90 / p10:.2f}; min {m.min():.2f}, max {m.max():.2f})")
+
+
+def speed_text(speed: dict) -> str:
+    """The machine-speed probe before and after a policy's run, against the profile's."""
+    ms = lambda x: "-" if x is None else f"{x:.2f} ms"  # noqa: E731
+    ratio = lambda x: "" if x is None else f" ({x:.2f}x calibration)"  # noqa: E731
+    return (f"probe {ms(speed['probe_ms_before'])}{ratio(speed['before_over_calibration'])} before, "
+            f"{ms(speed['probe_ms_after'])}{ratio(speed['after_over_calibration'])} after "
+            f"(calibration {ms(speed['probe_ms_calibration'])})")
 
 
 def how_chosen(result) -> str:

@@ -38,6 +38,9 @@ OP_SCOPES = {
     # Whole steps on the torch backend (a canonical plan each; docs/profiles.md). Optional:
     # profiles without them (Vidur imports, older calibrations) stay valid.
     "step_forward": "step", "step_host": "step",
+    # The machine-speed probe's forward pass at calibration (simbatch.validation.noise.probe_ms):
+    # no cost model prices from it; validate compares it with the probe before each run.
+    "speed_probe": "step",
 }
 COLUMNS = ["op", "scope", "num_tokens", "context_tokens", "batch_size", "context_spread",
            "tensor_parallel", "median_s", "p10_s", "p90_s", "repeats"]

@@ -208,3 +208,18 @@ def test_speed_drift_times_one_fixed_step_per_window():
     medians = speed_drift(backend, contexts=(40, 60), seconds=0.6, window_s=0.2)
     assert 2 <= len(medians) <= 4 and (medians > 0).all()
     assert backend.pool.num_free == free and backend.steps == []
+
+
+def test_machine_speed_probe_and_its_ratios():
+    """validate's probe: a median forward time where the pool holds it, None where the scenario's
+    pool is too small; machine_speed divides by the probe at calibration only when both exist."""
+    from simbatch.validation.noise import machine_speed, probe_ms
+
+    roomy = TorchBackend("tiny", num_blocks=64, block_size=16, device="cpu", dtype="float32", threads=1)
+    roomy.warmup()
+    ms = probe_ms(roomy, seconds=0.2)
+    assert ms > 0 and roomy.pool.num_free == 64 and roomy.steps == []
+    assert probe_ms(TorchBackend("tiny", num_blocks=28, block_size=16, threads=1), seconds=0.2) is None
+    speed = machine_speed(2.0, 3.0, None)
+    assert speed["before_over_calibration"] == 1.5 and speed["after_over_calibration"] is None
+    assert machine_speed(None, 3.0, 3.0)["before_over_calibration"] is None

@@ -70,6 +70,9 @@ def test_validate_end_to_end(tmp_path, capsys):
         assert {"step_ape", "ttft_p50_err", "ttft_p99_err", "e2el_p50_err", "e2el_p99_err",
                 "throughput_err"} <= set(entry)
         assert entry["step_ape"]["median"] >= 0 and entry["step_ape"]["p90"] >= entry["step_ape"]["median"]
+        # the machine-speed probe: the shipped profile predates it, so there is no ratio
+        speed = entry["machine_speed"]
+        assert speed["probe_ms_calibration"] is None and speed["before_over_calibration"] is None
         measured = json.loads((out / kind / "measured" / "summary.json").read_text())
         predicted = json.loads((out / kind / "predicted" / "summary.json").read_text())
         assert measured["completed"] == predicted["completed"] == 4

@@ -35,12 +35,7 @@ The plans are a fixed grid (batch sizes x contexts, chunk lengths x contexts,
 a few mixed plans), independent of any workload, so a validation against a
 trace stays an out-of-sample check. The KV cache is filled by bookkeeping
 only (blocks allocated, lengths set): timing does not depend on its values,
-and a 64 x 1024 decode batch needs no 64K-token prefill first. Its blocks are
-handed out in a seeded random order, not block 0 first: a serving engine's
-pool is scattered once requests have come and gone, and gathering scattered
-blocks is slower (decodes of 16 rows at 300-512 context: +6 to +25 %, 4 rows
-at 300: -9 to +9 %, against the same plans on in-order blocks, interleaved,
-tiny model, 2-core EPYC).
+and a 64 x 1024 decode batch needs no 64K-token prefill first.
 """
 
 from __future__ import annotations
@@ -201,12 +196,4 @@ def build_step_backend(spec: ModelSpec, dev: torch.device, dtype_name: str, quic
     backend = TorchBackend(spec, num_blocks=-(-tokens // BLOCK_SIZE) + 2, block_size=BLOCK_SIZE,
                            device=str(dev), dtype=dtype_name, seed=seed, threads=threads)
     backend.warmup()
-    scatter_blocks(backend.pool, seed)
     return backend, points
-
-
-def scatter_blocks(pool, seed: int) -> None:
-    """Hand out ``pool``'s free blocks in a seeded random order (module docstring: a running
-    engine's pool is scattered, and the calibration should gather as it does)."""
-    order = np.random.default_rng(seed).permutation(len(pool.free_blocks))
-    pool.free_blocks = [pool.free_blocks[i] for i in order]

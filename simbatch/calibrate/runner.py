@@ -145,11 +145,25 @@ def measure_steps(spec: ModelSpec, dev: torch.device, dtype: str, quick: bool, s
     try:
         rows = bench_steps(backend, points, quick, counted(progress, "steps", len(points)))
         rows += bench_engine_overhead(backend, spec, seed, progress)
+        rows.append(speed_probe_row(backend))
     finally:
         del backend
         if dev.type == "cuda":
             torch.cuda.empty_cache()
     return rows
+
+
+def speed_probe_row(backend) -> dict:
+    """The ``speed_probe`` row: the machine-speed probe's forward pass now (simbatch.validation.
+    noise.probe_ms), so that a validation can say how much faster or slower the machine runs
+    than when this profile was measured."""
+    from simbatch.calibrate.timing import summarize
+    from simbatch.profiles import measurement_row
+    from simbatch.validation.noise import PROBE_S, probe_contexts, probe_times
+
+    contexts = probe_contexts(backend.spec.max_context)
+    return measurement_row("speed_probe", len(contexts), summarize(probe_times(backend, contexts, PROBE_S)),
+                           batch_size=len(contexts), context_tokens=contexts[len(contexts) // 2])
 
 
 def _check_size(spec: ModelSpec, dev: torch.device, dtype: torch.dtype) -> None:

@@ -94,29 +94,73 @@ def _backend_time(record) -> float:
     return record.prepare_s + record.forward_s + record.post_s
 
 
-def speed_drift(backend, contexts: tuple[int, ...] = (280, 300, 320), seconds: float = 30.0,
-                window_s: float = 2.0) -> np.ndarray:
-    """The machine's speed over time: one decode step of ``len(contexts)`` sequences at these
-    contexts, executed back to back for ``seconds``; the median forward time (s) of each
-    ``window_s`` window, in order. With nothing else changing, their spread is the machine's
-    (other processes, clocks, caches shared with neighbours)."""
+PROBE_CONTEXTS = (280, 300, 320)  # the probe: three decodes at these contexts (capped by the model's window)
+PROBE_S = 1.0  # seconds of probing before and after each policy's run, and at calibration
+
+
+def probe_contexts(max_context: int) -> tuple[int, ...]:
+    """:data:`PROBE_CONTEXTS` within a model's context window."""
+    return tuple(min(c, max(1, max_context // 2 - 1)) for c in PROBE_CONTEXTS)
+
+
+def probe_times(backend, contexts: tuple[int, ...] = PROBE_CONTEXTS, seconds: float = PROBE_S) -> list[float]:
+    """Forward times (s) of the probe, one decode step of ``len(contexts)`` sequences at these
+    contexts, executed back to back for ``seconds`` (at least once). Its requests have ids no
+    workload uses, so it may run between a validation's policies."""
     import time
 
+    from simbatch.backends.torch_backend import PROBE_RID
     from simbatch.plan import StepPlan
 
-    ids = list(range(len(contexts)))
+    ids = [PROBE_RID + i for i in range(len(contexts))]
     plan = StepPlan(ids, [1] * len(ids), list(contexts))
-    medians, end = [], time.monotonic() + seconds
+    times, end = [], time.monotonic() + seconds
     try:
-        while time.monotonic() < end:
-            times, stop = [], time.monotonic() + window_s
-            while time.monotonic() < stop:
-                for rid, ctx in zip(ids, contexts):
-                    backend.pool.pretend(rid, ctx)  # the same context every time: the step never changes
-                backend.step_cost(plan)
-                times.append(backend.steps.pop().forward_s)
-            medians.append(float(np.median(times)))
+        while not times or time.monotonic() < end:
+            for rid, ctx in zip(ids, contexts):
+                backend.pool.pretend(rid, ctx)  # the same context every time: the step never changes
+            backend.step_cost(plan)
+            times.append(backend.steps.pop().forward_s)
     finally:
         for rid in ids:
             backend.pool.release(rid)
+    return times
+
+
+def speed_drift(backend, contexts: tuple[int, ...] = PROBE_CONTEXTS, seconds: float = 30.0,
+                window_s: float = 2.0) -> np.ndarray:
+    """The machine's speed over time: the probe (:func:`probe_times`) for ``seconds``, as the
+    median forward time (s) of each ``window_s`` window, in order. With nothing else changing,
+    their spread is the machine's (other processes, clocks, memory bandwidth shared with
+    neighbours)."""
+    import time
+
+    medians, end = [], time.monotonic() + seconds
+    while not medians or time.monotonic() < end:
+        medians.append(float(np.median(probe_times(backend, contexts, window_s))))
     return np.asarray(medians)
+
+
+def backend_probe(backend) -> tuple[int, ...] | None:
+    """The probe's contexts on ``backend``: :func:`probe_contexts` of its model, or None when its
+    KV pool (sized for a scenario) has no room for them beside nothing else."""
+    contexts = probe_contexts(backend.spec.max_context)
+    need = sum(-(-(c + 1) // backend.pool.block_size) for c in contexts)
+    return contexts if need <= backend.pool.num_free else None
+
+
+def probe_ms(backend, seconds: float = PROBE_S) -> float | None:
+    """The probe's median forward time (ms) over ``seconds``: the machine's speed now, for
+    comparing with the same figure at calibration (``validation.json``'s ``machine_speed``);
+    None when the backend's pool cannot hold it (:func:`backend_probe`)."""
+    contexts = backend_probe(backend)
+    return None if contexts is None else float(np.median(probe_times(backend, contexts, seconds))) * 1e3
+
+
+def machine_speed(calibration_ms: float | None, before_ms: float | None, after_ms: float | None) -> dict:
+    """``validation.json``'s ``machine_speed`` of one policy: the probe before and after its run,
+    and each over the probe at calibration (None where a side was not measured: a profile from
+    before the probe, or a KV pool too small for it)."""
+    ratio = (lambda ms: None if not calibration_ms or ms is None else ms / calibration_ms)
+    return {"probe_ms_calibration": calibration_ms, "probe_ms_before": before_ms, "probe_ms_after": after_ms,
+            "before_over_calibration": ratio(before_ms), "after_over_calibration": ratio(after_ms)}

@@ -17,7 +17,7 @@ from simbatch.engine.simulation import run_cluster
 from simbatch.errors import SimbatchError
 from simbatch.scenario import Scenario
 from simbatch.validation.compare import pair_steps, policy_validation
-from simbatch.validation.noise import REPEATS, noise_floor, noise_stats, over_noise
+from simbatch.validation.noise import REPEATS, machine_speed, noise_floor, noise_stats, over_noise, probe_ms
 
 POLICY_ORDER = ("static", "dynamic", "continuous", "chunked_prefill")
 # Torch threads of a CPU validation unless told: one thread is far steadier on a machine shared
@@ -106,6 +106,7 @@ def validate(scenario: Scenario, device: str = "cpu", policies: list[str] | None
     choice = predicting_cost_model(model, gpu, device, dtype or default_dtype(backend.device.type),
                                    backend.threads, given, scenario.seed, progress, backend.facts)
     cost = choice.cost_model
+    calibration_ms = profile_probe_ms(choice.path)
     out = Validation(scenario, backend.describe(), cost.describe(), choice, kv_note)
     started = time.perf_counter()
     for i, kind in enumerate(kinds):
@@ -113,7 +114,8 @@ def validate(scenario: Scenario, device: str = "cpu", policies: list[str] | None
                if i else "")  # from the pace of the policies done
         progress(f"{kind} (policy {i + 1}/{len(kinds)}{eta}): running {len(workload)} requests on the "
                  f"torch backend ({backend.device})")
-        out.policies[kind] = validate_policy(scenario.with_policy(kind), workload, backend, cost, noise_repeats)
+        out.policies[kind] = validate_policy(scenario.with_policy(kind), workload, backend, cost, noise_repeats,
+                                             calibration_ms)
         e = out.policies[kind].errors
         progress(f"{kind}: {e['step_ape']['steps']} steps in {out.policies[kind].wall_s:.1f} s"
                  + (f"; {e['noise_ape']['steps']} of them executed {noise_repeats} more times for the noise floor"
@@ -121,22 +123,28 @@ def validate(scenario: Scenario, device: str = "cpu", policies: list[str] | None
     return out
 
 
-def validate_policy(scenario: Scenario, workload, backend, cost, noise_repeats: int = REPEATS) -> PolicyValidation:
+def validate_policy(scenario: Scenario, workload, backend, cost, noise_repeats: int = REPEATS,
+                    calibration_ms: float | None = None) -> PolicyValidation:
     """Measure, predict and compare one policy (``scenario`` already set to it), and measure
-    the noise floor of its steps (``noise_repeats`` replays of each sampled step)."""
+    the noise floor of its steps (``noise_repeats`` replays of each sampled step) and the
+    machine's speed just before and after its run (the probe, against ``calibration_ms``:
+    the same probe when the profile was measured, None if it was not)."""
     from simbatch.engine.realtime import run_realtime
 
+    probe_before = probe_ms(backend)
     load_before = _load_average()
     start = time.perf_counter()
     measured = to_output(run_realtime(scenario, workload, backend))
     wall = time.perf_counter() - start
     load = {"before": load_before, "after": _load_average()}
     noise = noise_floor(backend, backend.steps, noise_repeats)
+    speed = machine_speed(calibration_ms, probe_before, probe_ms(backend))
     pairs = pair_steps(backend.steps, cost)
     blocks = backend.pool.num_blocks
     predicted = to_output(run_cluster(scenario, workload=workload, backend=cost, kv_blocks=blocks)[0])
     errors = policy_validation(pairs, measured.summary, predicted.summary)
     errors["load_average_1min"] = load  # other processes on the cores: the measured side's main noise
+    errors["machine_speed"] = speed  # the machine's own drift since the profile was measured
     if noise_repeats:
         errors["noise_ape"] = noise_stats(noise)
         errors["step_ape_over_noise"] = over_noise(errors["step_ape"], errors["noise_ape"])
@@ -154,6 +162,15 @@ def to_output(result: RunResult):
                         front_end_s=sc.engine.request_s)
     summary.update(describe_run(result))
     return RunOutput(result, summary, request_table(result.log, result.workload), steps_table(result.log))
+
+
+def profile_probe_ms(path) -> float | None:
+    """The profile's ``speed_probe`` (ms) if it has one (calibrations from this version on)."""
+    from simbatch.profiles import read_profile
+
+    m = read_profile(path).measurements
+    rows = m[m["op"] == "speed_probe"]
+    return None if rows.empty else float(rows["median_s"].iloc[0]) * 1e3
 
 
 def _policy_kinds(policies: list[str] | None) -> list[str]:
