@@ -123,7 +123,7 @@ def drift_line(seconds: float, threads: int) -> str:
     machine's own speed moves, which no cost model can follow and no target can be told from."""
     from simbatch.backends.torch_backend import TorchBackend
     from simbatch.models import get_model
-    from simbatch.validation.noise import speed_drift
+    from simbatch.calibrate.probe import speed_drift
 
     backend = TorchBackend(get_model("tiny", "model"), num_blocks=64, block_size=16, device="cpu",
                            dtype="float32", seed=0, threads=threads)

@@ -200,7 +200,7 @@ def test_replay_executes_a_recorded_plan_again_and_leaves_the_run_as_it_was():
 def test_speed_drift_times_one_fixed_step_per_window():
     """The machine-drift probe: window medians of one unchanging decode step, in order, and the
     pool left as it was (bench_validate prints their spread before issue 16's targets)."""
-    from simbatch.validation.noise import speed_drift
+    from simbatch.calibrate.probe import speed_drift
 
     backend = TorchBackend("tiny", num_blocks=64, block_size=16, device="cpu", dtype="float32", threads=1)
     backend.warmup()

@@ -46,7 +46,7 @@ from simbatch.plan import StepPlan
 
 WARMUP_RID = 1 << 40  # request ids the warm-up uses (never a workload's)
 REPLAY_RID = 1 << 41  # and those a replay's stand-in requests use
-PROBE_RID = 1 << 42  # and the machine-speed probe's (simbatch.validation.noise.speed_drift)
+PROBE_RID = 1 << 42  # and the machine-speed probe's (simbatch.calibrate.probe)
 
 
 @dataclass(slots=True)

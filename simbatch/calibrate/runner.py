@@ -159,7 +159,7 @@ def speed_probe_row(backend) -> dict:
     than when this profile was measured."""
     from simbatch.calibrate.timing import summarize
     from simbatch.profiles import measurement_row
-    from simbatch.validation.noise import PROBE_S, probe_contexts, probe_times
+    from simbatch.calibrate.probe import PROBE_S, probe_contexts, probe_times
 
     contexts = probe_contexts(backend.spec.max_context)
     return measurement_row("speed_probe", len(contexts), summarize(probe_times(backend, contexts, PROBE_S)),

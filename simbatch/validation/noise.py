@@ -16,9 +16,11 @@ repeat; the engine's scheduling time between steps is left out of both.
 
 Replays measure the spread of back-to-back executions; they do not see the
 machine's speed moving over seconds, which on a shared machine is the larger
-part. :func:`speed_drift` measures that on its own: one fixed plan executed
-for a while, its median time in each window (``benchmarks/bench_validate.py``
-prints it before the targets, which it cannot be told apart from).
+part. :func:`simbatch.calibrate.probe.speed_drift` measures that on its own:
+one fixed plan executed for a while, its median time in each window
+(``benchmarks/bench_validate.py`` prints it before the targets, which it
+cannot be told apart from); :func:`probe_ms` times the same plan before and
+after each policy's run, for ``machine_speed``.
 
 ``validation.json`` gets ``noise_ape {median, p90, steps}`` per policy (and
 per step kind), and ``step_ape_over_noise``: the median step error over the
@@ -94,67 +96,26 @@ def _backend_time(record) -> float:
     return record.prepare_s + record.forward_s + record.post_s
 
 
-PROBE_CONTEXTS = (280, 300, 320)  # the probe: three decodes at these contexts (capped by the model's window)
-PROBE_S = 1.0  # seconds of probing before and after each policy's run, and at calibration
-
-
-def probe_contexts(max_context: int) -> tuple[int, ...]:
-    """:data:`PROBE_CONTEXTS` within a model's context window."""
-    return tuple(min(c, max(1, max_context // 2 - 1)) for c in PROBE_CONTEXTS)
-
-
-def probe_times(backend, contexts: tuple[int, ...] = PROBE_CONTEXTS, seconds: float = PROBE_S) -> list[float]:
-    """Forward times (s) of the probe, one decode step of ``len(contexts)`` sequences at these
-    contexts, executed back to back for ``seconds`` (at least once). Its requests have ids no
-    workload uses, so it may run between a validation's policies."""
-    import time
-
-    from simbatch.backends.torch_backend import PROBE_RID
-    from simbatch.plan import StepPlan
-
-    ids = [PROBE_RID + i for i in range(len(contexts))]
-    plan = StepPlan(ids, [1] * len(ids), list(contexts))
-    times, end = [], time.monotonic() + seconds
-    try:
-        while not times or time.monotonic() < end:
-            for rid, ctx in zip(ids, contexts):
-                backend.pool.pretend(rid, ctx)  # the same context every time: the step never changes
-            backend.step_cost(plan)
-            times.append(backend.steps.pop().forward_s)
-    finally:
-        for rid in ids:
-            backend.pool.release(rid)
-    return times
-
-
-def speed_drift(backend, contexts: tuple[int, ...] = PROBE_CONTEXTS, seconds: float = 30.0,
-                window_s: float = 2.0) -> np.ndarray:
-    """The machine's speed over time: the probe (:func:`probe_times`) for ``seconds``, as the
-    median forward time (s) of each ``window_s`` window, in order. With nothing else changing,
-    their spread is the machine's (other processes, clocks, memory bandwidth shared with
-    neighbours)."""
-    import time
-
-    medians, end = [], time.monotonic() + seconds
-    while not medians or time.monotonic() < end:
-        medians.append(float(np.median(probe_times(backend, contexts, window_s))))
-    return np.asarray(medians)
-
-
 def backend_probe(backend) -> tuple[int, ...] | None:
     """The probe's contexts on ``backend``: :func:`probe_contexts` of its model, or None when its
     KV pool (sized for a scenario) has no room for them beside nothing else."""
+    from simbatch.calibrate.probe import probe_contexts
+
     contexts = probe_contexts(backend.spec.max_context)
     need = sum(-(-(c + 1) // backend.pool.block_size) for c in contexts)
     return contexts if need <= backend.pool.num_free else None
 
 
-def probe_ms(backend, seconds: float = PROBE_S) -> float | None:
+def probe_ms(backend, seconds: float | None = None) -> float | None:
     """The probe's median forward time (ms) over ``seconds``: the machine's speed now, for
     comparing with the same figure at calibration (``validation.json``'s ``machine_speed``);
     None when the backend's pool cannot hold it (:func:`backend_probe`)."""
+    from simbatch.calibrate.probe import PROBE_S, probe_times
+
     contexts = backend_probe(backend)
-    return None if contexts is None else float(np.median(probe_times(backend, contexts, seconds))) * 1e3
+    if contexts is None:
+        return None
+    return float(np.median(probe_times(backend, contexts, PROBE_S if seconds is None else seconds))) * 1e3
 
 
 def machine_speed(calibration_ms: float | None, before_ms: float | None, after_ms: float | None) -> dict:
