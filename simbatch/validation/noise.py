@@ -97,8 +97,8 @@ def _backend_time(record) -> float:
 
 
 def backend_probe(backend) -> tuple[int, ...] | None:
-    """The probe's contexts on ``backend``: :func:`probe_contexts` of its model, or None when its
-    KV pool (sized for a scenario) has no room for them beside nothing else."""
+    """The probe's contexts on ``backend`` (:func:`simbatch.calibrate.probe.probe_contexts` of its
+    model), or None when its KV pool, sized for a scenario, cannot hold them."""
     from simbatch.calibrate.probe import probe_contexts
 
     contexts = probe_contexts(backend.spec.max_context)
