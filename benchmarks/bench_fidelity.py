@@ -100,12 +100,15 @@ def print_stage(system: str, stage: str, rows: list[dict], fitted: set[str]) -> 
     return met
 
 
-def print_speeds(system: str, runs) -> None:
+def print_speeds(system: str, scenario, runs) -> None:
     """How each log's decode steps compare with a step model read from the other logs' own
-    timestamps (simbatch.measured.speed): logs of one server in one state agree within a few
-    percent; one parameter set fitted across logs that do not averages their speeds."""
-    from simbatch.measured.speed import speed_table
+    timestamps (simbatch.measured.speed; colocated servers only): logs of one server in one
+    state agree within a few percent; one parameter set fitted across logs that do not
+    averages their speeds."""
+    from simbatch.measured.speed import applies_to, speed_table
 
+    if not applies_to(scenario):
+        return
     print(f"\n{system}, the logs' own step speed (decode windows vs a model fitted on the other logs)")
     print(speed_table(runs))
 
@@ -137,8 +140,7 @@ def main() -> int:
         print(f"{system}: {scenario.data['model']} on {scenario.data['hardware']}, engine "
               + ", ".join(f"{k} {v}" for k, v in full.items()))
         fitted = {Path(r.source).name for r in fit_runs}
-        if not scenario.is_disaggregated:  # the check's equation is a colocated server's
-            print_speeds(system, runs)
+        print_speeds(system, scenario, runs)
         for stage in stage_stages(scenario):
             print_stage(system, stage, evaluate(scenario, runs, stage_engine(full, stage), stage), fitted)
     return 0

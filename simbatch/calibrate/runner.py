@@ -154,9 +154,9 @@ def measure_steps(spec: ModelSpec, dev: torch.device, dtype: str, quick: bool, s
 
 
 def speed_probe_row(backend) -> dict:
-    """The ``speed_probe`` row: the machine-speed probe's forward pass now (simbatch.validation.
-    noise.probe_ms), so that a validation can say how much faster or slower the machine runs
-    than when this profile was measured."""
+    """The ``speed_probe`` row: the machine-speed probe's forward pass now
+    (:mod:`simbatch.calibrate.probe`), so that a validation can say how much faster or slower
+    the machine runs than when this profile was measured."""
     from simbatch.calibrate.timing import summarize
     from simbatch.profiles import measurement_row
     from simbatch.calibrate.probe import PROBE_S, probe_contexts, probe_times

@@ -87,13 +87,12 @@ def error_table(scenario, engine: dict, fit_runs, check_runs) -> str:
 
 def speed_note(scenario, runs) -> str:
     """The logs' own step speeds (:mod:`simbatch.measured.speed`): whether one parameter set can
-    fit them all. Colocated servers only: a disaggregated decode window also holds the hand-over
-    from the prefill instance, which the check's equation does not price."""
-    from simbatch.measured.speed import speed_table
+    fit them all (colocated servers only: :func:`simbatch.measured.speed.applies_to`)."""
+    from simbatch.measured.speed import applies_to, speed_table
 
     if len(runs) < 2:
         return "step speed check: needs two logs or more"
-    if scenario.is_disaggregated:
+    if not applies_to(scenario):
         return "step speed check: skipped (colocated servers only)"
     return ("step speed of each log against the others (from the logs alone; logs of one server in one "
             "state agree within a few percent, and one parameter set fitted across logs that do not "

@@ -106,9 +106,21 @@ def relative_speed(runs: list[MeasuredRun]) -> list[float]:
     """For each run: its decode windows' total over what a step model fitted on the other runs
     predicts, minus 1 (+0.12: that server's steps took 12 % longer than the others'). NaN
     for a run with no probe request, or where the others have too few."""
+    return _relative(_windows(runs))
+
+
+def _windows(runs: list[MeasuredRun]) -> list[Windows]:
+    """Every run's windows; two runs or more, since each is compared with the others."""
     if len(runs) < 2:
         raise ValueError("relative speed needs two runs or more")
-    return _relative([decode_windows(r) for r in runs])
+    return [decode_windows(r) for r in runs]
+
+
+def applies_to(scenario) -> bool:
+    """Whether the check's equation describes the scenario's server: a colocated one. A
+    disaggregated decode window also holds the hand-over from the prefill instance, which the
+    equation does not price."""
+    return not scenario.is_disaggregated
 
 
 def _relative(windows: list[Windows]) -> list[float]:
@@ -127,9 +139,7 @@ def _relative(windows: list[Windows]) -> list[float]:
 def speed_table(runs: list[MeasuredRun]) -> str:
     """One line per run: its clock at the first send (where the log has one), how many probe
     requests it has, and :func:`relative_speed`."""
-    if len(runs) < 2:
-        raise ValueError("relative speed needs two runs or more")
-    windows = [decode_windows(r) for r in runs]
+    windows = _windows(runs)
     speeds = _relative(windows)
     clocks = {r.clock_start_s for r in runs if np.isfinite(r.clock_start_s)}
     t0 = min(clocks) if len(clocks) > 1 else float("nan")  # one reading for all: logs re-based at 0
@@ -149,9 +159,7 @@ def speed_table(runs: list[MeasuredRun]) -> str:
 def comparable_speeds(runs: list[MeasuredRun]) -> list[float]:
     """:func:`relative_speed`, NaN for a run whose mean batch lies outside the other runs'
     (its figure would extrapolate the others' step model, not compare with it)."""
-    if len(runs) < 2:
-        raise ValueError("relative speed needs two runs or more")
-    windows = [decode_windows(r) for r in runs]
+    windows = _windows(runs)
     inside = _inside([mean_batch(w) for w in windows])
     return [s if ok else float("nan") for s, ok in zip(_relative(windows), inside)]
 

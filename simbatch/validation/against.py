@@ -141,11 +141,11 @@ def validate_runs(scenario: Scenario, runs: list[MeasuredRun], labels: list[str]
 def log_speeds(scenario: Scenario, runs: list[MeasuredRun]) -> list[float | None]:
     """Each log's own step speed against the others' (:func:`simbatch.measured.speed.
     comparable_speeds`): None with one log, for a log whose load lies outside the others'
-    (an extrapolation, not a comparison), or for a disaggregated scenario (a decode window
-    there also holds the hand-over from the prefill instance, which the check does not price)."""
-    from simbatch.measured.speed import comparable_speeds
+    (an extrapolation, not a comparison), or where the check does not apply (a disaggregated
+    scenario: :func:`simbatch.measured.speed.applies_to`)."""
+    from simbatch.measured.speed import applies_to, comparable_speeds
 
-    if len(runs) < 2 or scenario.is_disaggregated:
+    if len(runs) < 2 or not applies_to(scenario):
         return [None] * len(runs)
     return [None if not np.isfinite(s) else float(s) for s in comparable_speeds(runs)]
 
