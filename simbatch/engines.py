@@ -90,7 +90,8 @@ class EngineParams:
     per_token_s: float | None = None
     request_s: float = 0.0  # front end: client send -> scheduler (HTTP, tokeniser, process hops)
     profile_activations: bool = False
-    non_torch_gib: float = 0.0
+    non_torch_gib: float = 0.0  # memory outside PyTorch the engine counts (CUDA context, NCCL, ...)
+    graph_gib: float = 0.0  # CUDA-graph memory the engine deducts before sizing the pool
     reserve_fraction: float = 0.0  # share of the GPU's total memory held back (DistServe: 0.01)
 
     @property
@@ -114,16 +115,21 @@ class EngineParams:
         """Every field, for ``summary.json``."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    def memory_terms(self, model: ModelSpec, tensor_parallel: int, policy,
+                     gpu_memory_bytes: float) -> dict[str, float]:
+        """Bytes per GPU this engine holds back from the KV cache, by term (the names of
+        :func:`simbatch.kv_budget.size_budget`), for a replica running a policy with
+        parameters ``policy`` (its step budget and ``max_num_seqs`` size the profiling pass;
+        a policy without a budget profiles only its sampler) on a GPU of ``gpu_memory_bytes``."""
+        activations = profiling_peak_bytes(model, tensor_parallel, *profiling_shape(policy)) \
+            if self.profile_activations else 0.0
+        return {"activation_bytes": activations, "graph_bytes": self.graph_gib * GiB,
+                "other_bytes": self.non_torch_gib * GiB + self.reserve_fraction * gpu_memory_bytes}
+
     def reserved_bytes(self, model: ModelSpec, tensor_parallel: int, policy,
                        gpu_memory_bytes: float) -> float:
-        """Bytes per GPU held back from the KV cache (module docstring), for a replica
-        running a policy with parameters ``policy`` (its step budget and ``max_num_seqs``
-        size the profiling pass; a policy without a budget profiles only its sampler) on a
-        GPU of ``gpu_memory_bytes``."""
-        held = self.non_torch_gib * GiB + self.reserve_fraction * gpu_memory_bytes
-        if self.profile_activations:
-            held += profiling_peak_bytes(model, tensor_parallel, *profiling_shape(policy))
-        return held
+        """Every byte per GPU :meth:`memory_terms` holds back, added up."""
+        return sum(self.memory_terms(model, tensor_parallel, policy, gpu_memory_bytes).values())
 
 
 def profiling_shape(policy) -> tuple[int, int]:
@@ -155,7 +161,8 @@ def profiling_peak_bytes(model: ModelSpec, tensor_parallel: int, tokens: int, se
 
 def parse_engine(spec, where: str) -> EngineParams:
     """``engine:`` as a preset name or ``{preset, step_s, per_seq_s, per_token_s, request_s,
-    profile_activations, non_torch_gib, reserve_fraction}``; fields given override the preset's."""
+    profile_activations, non_torch_gib, graph_gib, reserve_fraction}``; fields given override the
+    preset's."""
     if spec is None:
         return EngineParams()
     if isinstance(spec, str):

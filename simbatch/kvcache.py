@@ -1,10 +1,10 @@
 """KV-cache memory: capacity in blocks and the block accounting policies use.
 
-Capacity follows vLLM: what is left of ``gpu_memory_utilization`` x GPU memory
-after the weights and what the serving engine holds back (``reserved_bytes``:
-its profiling pass, memory outside PyTorch, a share of the GPU; see
-:mod:`simbatch.engines`), divided by the bytes of one block (``block_size``
-tokens x KV bytes per token).
+Capacity is sized by :mod:`simbatch.kv_budget`: what is left of
+``gpu_memory_utilization`` x the GPU's memory after the weights and what the
+serving engine holds back (its profiling pass, CUDA graphs, memory outside
+PyTorch; the rule of :mod:`simbatch.engines`), divided by the bytes of one
+block (``block_size`` tokens x KV bytes per token).
 
 Two reservation modes:
 - ``paged``: blocks are taken as tokens are computed (vLLM);
@@ -44,19 +44,6 @@ def reserved_tokens(prompt, output, reserve: str, max_tokens: int) -> np.ndarray
     if reserve == "max":
         return np.maximum(prompt + output, max_tokens)
     raise SimbatchError("kv_cache.reserve", f"unknown reserve {reserve!r}; allowed: {', '.join(RESERVES)}")
-
-
-def kv_capacity_blocks(*, gpu_memory_bytes: float, weight_bytes: float, kv_bytes_per_token_per_gpu: float,
-                       tensor_parallel: int, block_size: int,
-                       gpu_memory_utilization: float, reserved_bytes: float = 0.0) -> int:
-    """KV blocks one replica can hold: the weights split evenly over ``tensor_parallel`` GPUs,
-    each token's KV taking ``kv_bytes_per_token_per_gpu`` on every GPU (``ModelSpec.
-    kv_bytes_per_token_per_gpu``: heads split, replicated where there are fewer KV heads than
-    GPUs, MLA's latent whole); ``reserved_bytes`` per GPU held back by the serving engine, see
-    :mod:`simbatch.engines`."""
-    budget = gpu_memory_bytes * gpu_memory_utilization - weight_bytes / tensor_parallel - reserved_bytes
-    per_block = block_size * kv_bytes_per_token_per_gpu
-    return max(0, int(budget // per_block))
 
 
 class KVCache:

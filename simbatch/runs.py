@@ -139,6 +139,7 @@ def describe_run(result: RunResult) -> dict:
                      "kv_blocks_per_replica": result.log.kv_capacity_blocks[0],
                      "kv_block_size": sc.kv_cache.block_size, "kv_mode": sc.kv_cache.mode},
         "cost_model": result.cost_model.describe(),
+        "kv_budget": first.kv_budget.describe() if first and first.kv_budget else None,
         "engine": None if sc.engine.is_plain else sc.engine.describe(),
         "slo": sc.slo.as_dict() or None,
         "workload": {"source": result.workload.source, "num_requests": len(result.workload)},

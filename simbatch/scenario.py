@@ -37,6 +37,7 @@ TOP_LEVEL = ("name", "description", "workload", "model", "quantization", "hardwa
 
 
 GROUP_FIELDS = ("hardware", "tensor_parallel", "policy", "cost_model")  # a group may override these
+MAX_GPU_BLOCKS = 10**9  # kv_cache.num_gpu_blocks: 16 billion tokens at 16 a block, past any GPU
 
 
 @dataclass(frozen=True)
@@ -167,9 +168,14 @@ class KVCacheParams:
     reserve: str = "oracle"  # what mode max_length reserves: oracle | pow2 | max (simbatch.kvcache)
     prefix_caching: bool = False  # share cached prompt prefixes (simbatch.prefix_cache)
     hash_block_size: int = 512  # tokens per trace hash_id (Mooncake: 512)
+    # The server's own block count (vLLM's num_gpu_blocks_override, or the "# GPU blocks" /
+    # "GPU KV cache size" line of its start-up log): replaces the engine's memory rule.
+    num_gpu_blocks: int | None = None
 
     def __post_init__(self):
         require(self.block_size >= 1, "block_size", "must be >= 1")
+        require(self.num_gpu_blocks is None or 1 <= self.num_gpu_blocks <= MAX_GPU_BLOCKS, "num_gpu_blocks",
+                f"must be a whole number of blocks from 1 to {MAX_GPU_BLOCKS:,}")
         require(self.hash_block_size >= 1, "hash_block_size", "must be >= 1")
         require(self.mode in ("paged", "max_length"), "mode",
                 f"unknown mode {self.mode!r}; allowed: paged, max_length")

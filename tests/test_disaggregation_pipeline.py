@@ -11,7 +11,6 @@ from simbatch.cli import main
 from simbatch.costmodel.pipeline import PipelineCostModel, stage_layers
 from simbatch.costmodel.roofline import RooflineCostModel, decode_work
 from simbatch.engine.disaggregation.build import run_pools
-from simbatch.kvcache import kv_capacity_blocks
 from simbatch.links import LINKS
 from simbatch.metrics.compare import comparison_table
 from simbatch.models import get_model
@@ -32,14 +31,12 @@ def one_request(prompt=900, output=40, **pools) -> dict:
 
 def expected_blocks(sc, tp: int, stages: int) -> int:
     """KV blocks of one replica whose busiest stage holds its share of the weights and of each
-    token's KV (written out from kv_capacity_blocks, not from the engine's sizing)."""
+    token's KV (written out from the budget's arithmetic, not from the engine's sizing)."""
     share = max(stage_layers(LLAMA.num_layers, stages)) / LLAMA.num_layers
     kv = sc.kv_cache
     reserved = sc.engine.reserved_bytes(LLAMA, tp, sc.policy.params, sc.gpu.memory_bytes)
-    return kv_capacity_blocks(gpu_memory_bytes=sc.gpu.memory_bytes, weight_bytes=LLAMA.weight_bytes * share,
-                              kv_bytes_per_token_per_gpu=LLAMA.kv_bytes_per_token_per_gpu(tp) * share,
-                              tensor_parallel=tp, block_size=kv.block_size,
-                              gpu_memory_utilization=kv.gpu_memory_utilization, reserved_bytes=reserved)
+    left = sc.gpu.memory_bytes * kv.gpu_memory_utilization - LLAMA.weight_bytes * share / tp - reserved
+    return int(left // (kv.block_size * LLAMA.kv_bytes_per_token_per_gpu(tp) * share))
 
 
 def test_a_two_stage_decode_pool_runs_counts_its_gpus_and_sizes_kv_per_stage():

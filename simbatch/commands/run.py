@@ -35,6 +35,7 @@ def run(args) -> None:
 
     print_notes(out.messages)
     print(format_summary(out.summary, title=f"{scenario.name}: {out.summary['policy']['kind']}"))
+    print("\n".join(budget_lines(out.result.groups)))
     if args.out:
         written = out.write(args.out, args.format)
         print(f"wrote {args.out}/{', '.join(p.name for p in written)}")
@@ -46,6 +47,18 @@ def run(args) -> None:
         print(f"wrote {path} (open in https://ui.perfetto.dev)")
     if args.check_fast_path:
         check_fast_path(scenario)
+
+
+def budget_lines(groups) -> list[str]:
+    """The KV budget of each replica group or pool, one line per distinct budget (its groups
+    or pools named where the run has more than one)."""
+    labels: dict = {}
+    for g in groups:
+        if g.kv_budget is not None:
+            name = getattr(g, "pool", "") or f"group {g.index}"
+            labels.setdefault((g.kv_budget, g.gpu.name, g.tensor_parallel), []).append(name)
+    return [f"{', '.join(names) + ': ' if len(groups) > 1 else ''}{gpu}, TP {tp}: {budget.line()}"
+            for (budget, gpu, tp), names in labels.items()]
 
 
 def check_fast_path(scenario) -> None:

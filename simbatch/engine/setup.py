@@ -14,7 +14,8 @@ from simbatch.engine.replica import Replica
 from simbatch.errors import SimbatchError
 from simbatch.eventlog import EventLog
 from simbatch.hardware import GPUSpec, get_gpu
-from simbatch.kvcache import kv_capacity_blocks, reserved_tokens
+from simbatch.kv_budget import KVBudget, size_budget
+from simbatch.kvcache import reserved_tokens
 from simbatch.links import get_link
 from simbatch.models import ModelSpec
 from simbatch.scenario import Scenario
@@ -37,6 +38,7 @@ class ReplicaGroupSetup:
     policy_params: object
     kv_blocks: int
     pipeline_parallel: int = 1
+    kv_budget: KVBudget | None = None  # how one GPU of a replica splits its memory (simbatch.kv_budget)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -102,39 +104,55 @@ class RunResult:
         return self._per_replica(lambda gpu: gpu.hbm_bandwidth) if self.groups else self.gpu.hbm_bandwidth
 
 
-def kv_blocks_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
-                          tensor_parallel: int | None = None, where: str = "hardware",
-                          policy_params=None, pipeline_parallel: int | None = None) -> int:
-    """KV capacity of one replica (TP degree and pipeline stages: the cluster's unless given)
-    running a policy with ``policy_params`` (the scenario's policy's unless given: the engine's
-    start-up profiling pass depends on it); a model that leaves no room for KV is a user error
-    naming ``where``."""
+def kv_budget_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
+                          tensor_parallel: int | None = None, policy_params=None,
+                          pipeline_parallel: int | None = None) -> KVBudget:
+    """How one replica's GPU splits its memory (TP degree and pipeline stages: the cluster's
+    unless given) running a policy with ``policy_params`` (the scenario's policy's unless
+    given: the engine's start-up profiling pass depends on it), and the KV pool that results
+    (:mod:`simbatch.kv_budget`; ``kv_cache.num_gpu_blocks`` replaces the rule's blocks)."""
     kv = scenario.kv_cache
     tp = tensor_parallel or scenario.cluster.tensor_parallel
     stages = pipeline_parallel or scenario.cluster.pipeline_parallel
     params = scenario.policy.params if policy_params is None else policy_params
-    reserved = scenario.engine.reserved_bytes(model, tp, params, gpu.memory_bytes)
     # Pipeline stages hold their layers' weights and KV; the stage with the most layers binds.
     share = largest_stage_share(model.num_layers, stages)
-    sizing = dict(gpu_memory_bytes=gpu.memory_bytes, weight_bytes=model.weight_bytes * share,
-                  kv_bytes_per_token_per_gpu=model.kv_bytes_per_token_per_gpu(tp) * share, tensor_parallel=tp,
-                  gpu_memory_utilization=kv.gpu_memory_utilization, reserved_bytes=reserved)
+    weights = model.weight_bytes * share / tp
+    per_token = model.kv_bytes_per_token_per_gpu(tp) * share
     if scenario.speculative is not None:  # the drafter's weights, and its KV beside every token's
-        weights, kv_token = drafter_memory(scenario.speculative, scenario.drafter, tp)
-        sizing["weight_bytes"] += weights * tp
-        sizing["kv_bytes_per_token_per_gpu"] += kv_token
-    blocks = kv_capacity_blocks(block_size=kv.block_size, **sizing)
-    if blocks < 1 and kv_capacity_blocks(block_size=1, **sizing) >= 1:
+        drafter_weights, drafter_kv = drafter_memory(scenario.speculative, scenario.drafter, tp)
+        weights, per_token = weights + drafter_weights, per_token + drafter_kv
+    return size_budget(total_bytes=gpu.memory_bytes, utilization=kv.gpu_memory_utilization,
+                       weight_bytes=weights, bytes_per_block=kv.block_size * per_token,
+                       block_size=kv.block_size, num_gpu_blocks=kv.num_gpu_blocks,
+                       **scenario.engine.memory_terms(model, tp, params, gpu.memory_bytes))
+
+
+def kv_blocks_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
+                          tensor_parallel: int | None = None, where: str = "hardware",
+                          policy_params=None, pipeline_parallel: int | None = None) -> int:
+    """KV blocks of one replica (:func:`kv_budget_per_replica`); a model that leaves no room
+    for KV is a user error naming ``where``."""
+    return checked_budget(scenario, model, gpu, tensor_parallel, where, policy_params, pipeline_parallel).blocks
+
+
+def checked_budget(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int | None = None,
+                   where: str = "hardware", policy_params=None, pipeline_parallel: int | None = None) -> KVBudget:
+    """:func:`kv_budget_per_replica`, refusing a budget without one block (a user error naming
+    ``where``, or ``kv_cache.block_size`` when a smaller block would fit)."""
+    budget = kv_budget_per_replica(scenario, model, gpu, tensor_parallel, policy_params, pipeline_parallel)
+    kv, tp = scenario.kv_cache, tensor_parallel or scenario.cluster.tensor_parallel
+    if budget.blocks >= 1:
+        return budget
+    if budget.left_bytes >= budget.bytes_per_block / kv.block_size:
         raise SimbatchError(scenario.where("kv_cache.block_size"),
                             f"{kv.block_size:,} tokens per block: one block of {model.name} needs more memory than "
                             f"{gpu.name} has left for the KV cache; use a block of 16 or 32 tokens")
-    if blocks < 1:
-        raise SimbatchError(
-            scenario.where(where),
-            f"{model.name} weights ({model.weight_bytes / 2**30:.1f} GiB over {tp} GPU(s)) leave no room "
-            f"for a KV cache in {gpu.name} x gpu_memory_utilization {kv.gpu_memory_utilization}; "
-            f"raise cluster.tensor_parallel or pick a larger GPU")
-    return blocks
+    raise SimbatchError(
+        scenario.where(where),
+        f"{model.name} weights ({model.weight_bytes / 2**30:.1f} GiB over {tp} GPU(s)) leave no room "
+        f"for a KV cache in {gpu.name} x gpu_memory_utilization {kv.gpu_memory_utilization}; "
+        f"raise cluster.tensor_parallel or pick a larger GPU")
 
 
 def first_misfit(tokens, block_size: int, blocks: int) -> tuple[int, int, int] | None:

@@ -15,11 +15,11 @@ from simbatch.policies.routers import ROUTER_CLASSES, StepClock
 from simbatch.engine.setup import (
     ReplicaGroupSetup,
     RunResult,
+    checked_budget,
     check_requests_fit,
     flush_unfinished,
     group_backend,
     group_field,
-    kv_blocks_per_replica,
     speculative_backend,
 )
 from simbatch.eventlog import EventLog
@@ -39,9 +39,9 @@ def build_groups(scenario: Scenario, model: ModelSpec) -> list[ReplicaGroupSetup
         gpu, tp, backend = group_backend(scenario, model, i)
         backend = speculative_backend(scenario, backend, gpu, tp, group_field(scenario, i, "tensor_parallel"))
         policy = scenario.group_policies[i]
-        blocks = kv_blocks_per_replica(scenario, model, gpu, tp, group_field(scenario, i, "hardware"), policy.params)
-        groups.append(ReplicaGroupSetup(i, group.count, gpu, tp, backend, policy.cls, policy.params, blocks,
-                                        scenario.cluster.pipeline_parallel))
+        budget = checked_budget(scenario, model, gpu, tp, group_field(scenario, i, "hardware"), policy.params)
+        groups.append(ReplicaGroupSetup(i, group.count, gpu, tp, backend, policy.cls, policy.params, budget.blocks,
+                                        scenario.cluster.pipeline_parallel, budget))
     return groups
 
 

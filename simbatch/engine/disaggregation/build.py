@@ -21,10 +21,10 @@ from simbatch.policies.routers import ROUTER_CLASSES, StepClock
 from simbatch.engine.setup import (
     ReplicaGroupSetup,
     RunResult,
+    checked_budget,
     first_misfit,
     held_tokens,
     flush_unfinished,
-    kv_blocks_per_replica,
     replica_backend,
 )
 from simbatch.costmodel.pipeline import largest_stage_share
@@ -71,10 +71,10 @@ def build_pool(scenario: Scenario, model: ModelSpec, index: int, pool: str) -> P
     gpu, tp, backend = replica_backend(scenario, model, dis.pool(pool), lambda f: pool_field(scenario, pool, f),
                                        (policy.params, f"disaggregation.{pool}.policy" if own else "policy"))
     stages = dis.pool_pipeline(pool, scenario.cluster)
-    blocks = kv_blocks_per_replica(scenario, model, gpu, tp, pool_field(scenario, pool, "hardware"), policy.params,
-                                   stages)
-    return PoolSetup(index, dis.pool(pool).replicas, gpu, tp, backend, policy.cls, policy.params, blocks, stages,
-                     pool=pool, router=dis.pool_router(pool))
+    budget = checked_budget(scenario, model, gpu, tp, pool_field(scenario, pool, "hardware"), policy.params,
+                            stages)
+    return PoolSetup(index, dis.pool(pool).replicas, gpu, tp, backend, policy.cls, policy.params, budget.blocks,
+                     stages, budget, pool=pool, router=dis.pool_router(pool))
 
 
 def check_pool_fits(workload: Workload, scenario: Scenario, pool: PoolSetup, tokens) -> None:
@@ -220,7 +220,7 @@ def describe(dis, pools: list[PoolSetup], cluster) -> dict:
         out[p.pool] = {"replicas": p.count, "tensor_parallel": p.tensor_parallel,
                        "pipeline_parallel": p.pipeline_parallel, "gpus_per_replica": p.gpus_per_replica,
                        "hardware": p.gpu.name, "policy": p.policy_cls.kind, "router": p.router,
-                       "kv_blocks": p.kv_blocks}
+                       "kv_blocks": p.kv_blocks, "kv_budget": p.kv_budget.describe()}
         ep, dispatch = dis.pool_experts(p.pool, cluster)
         if ep:
             out[p.pool].update(expert_parallel=True, expert_dispatch=dispatch)
