@@ -48,8 +48,28 @@ OVERHEAD_TERMS = ("step_s", "per_seq_s", "per_token_s")
 FITTED_TERMS = (*OVERHEAD_TERMS, "request_s")  # what `calibrate --from-log` fits
 # Bytes the dummy pass's sampler holds per logit: vLLM v0.2's sampler (top-k/top-p
 # requested by the profiling run) keeps the fp32 logits, their softmax and log-softmax
-# and the sorted copy (4 bytes each) and the sort's int64 indices (8 bytes).
+# and the sorted copy (4 bytes each) and the sort's int64 indices (8 bytes). V1's
+# _dummy_sampler_run asks for top-k and top-p too (temperature 0.5, top_p 0.9, top_k
+# vocab - 1) on [max_num_seqs, vocab] logits cast to float32, whose PyTorch path
+# (apply_top_k_top_p) sorts them the same way: one figure for both.
 SAMPLER_BYTES_PER_LOGIT = 4 * 4 + 8
+# The memory rules of vLLM V1 (vllm/v1/worker/gpu_worker.py, Worker.determine_available_memory):
+# KV = total x utilisation - (weights + the profile run's torch peak + memory outside PyTorch);
+# the profile run is _dummy_run(max_num_batched_tokens) spread over max_num_seqs requests
+# (attention metadata None: no attention kernel) then _dummy_sampler_run on their last
+# tokens; CUDA graphs are captured after the pool is allocated, out of the 1 - utilisation
+# headroom. What "outside PyTorch" counts differs by release:
+# - 0.8.x: device used after the profile run minus torch's allocations: the CUDA context,
+#   cuBLAS / NCCL workspaces. PR #2031 (vllm-project/vllm, 2023-12) measured that gap on an
+#   A100-80GB at TP1 (Llama-2-7B): 98 blocks of 8 MiB = 0.77 GiB.
+# - 0.9 on (memory_profiling, vllm/utils): only what grew outside PyTorch since the baseline
+#   snapshot taken after the CUDA context and NCCL came up; no source states its size, so
+#   it is fitted: on the one shared run that records its block count (vLLM 0.19, Llama-3.1-8B,
+#   RTX 4090: 2,588 blocks), which that run therefore does not check.
+#   VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (PR #30515) deducts graph memory only from
+#   v0.21.0 on (off before), so graph_gib is 0 here.
+V1_CONTEXT_GIB = 0.77
+V1_NON_TORCH_INCREASE_GIB = 0.39
 
 # Each preset: the overhead terms (seconds) and the engine's KV sizing rule: whether it
 # profiles activations at start-up, the memory it counts outside PyTorch (GiB), the share
@@ -75,6 +95,15 @@ PRESETS: dict[str, dict] = {
     # decode instance; fitted the same way on its 3 and 4.5 req/s runs (OPT-13B,
     # prefill TP2 + decode TP1), checked on 6-12 req/s. Its workers profile nothing:
     # they hold back the weights and 1 % of the total memory (distserve/worker.py).
+    # vLLM V1 as released in 0.8.x (April-May 2025; the llm-d runs of shared/measured used the
+    # vllm/vllm-openai:latest image of 2025-05-02, v0.8.5): its memory rule (above). The
+    # scheduler is simbatch's chunked_prefill policy (V1 always chunks); the release's API-server
+    # defaults, which a scenario sets (scenarios/vllm_llama70b_a100_tp2.yaml): 8,192 tokens and
+    # 1,024 sequences on a GPU of 70 GiB or more (PR #17073, merged 2025-04-23; PR #17885 of
+    # 2025-05-09 took A100s back to 2,048 / 256 after v0.8.5), else 2,048 / 256.
+    "vllm-0.8": {"profile_activations": True, "rope_cache": True, "non_torch_gib": V1_CONTEXT_GIB},
+    # vLLM 0.19 (2026): the baseline-relative memory rule (above); async scheduling on by default.
+    "vllm-0.19": {"profile_activations": True, "rope_cache": True, "non_torch_gib": V1_NON_TORCH_INCREASE_GIB},
     "distserve": {"step_s": 4.52e-3, "per_seq_s": 1.70e-4, "per_token_s": 8.81e-6, "request_s": 1.10e-2,
                   "reserve_fraction": 0.01},
 }
@@ -92,6 +121,11 @@ class EngineParams:
     profile_activations: bool = False
     non_torch_gib: float = 0.0  # memory outside PyTorch the engine counts (CUDA context, NCCL, ...)
     graph_gib: float = 0.0  # CUDA-graph memory the engine deducts before sizing the pool
+    # vLLM loads a rotary model's cos/sin cache beside the weights: max_position x head_dim in
+    # the model's dtype, one buffer shared by every layer (model_executor/layers/rotary_embedding);
+    # "Model loading took 14.9889 GiB" for Llama-3.1-8B (PR #17122) is its 14.957 GiB of
+    # parameters plus this 0.031 GiB.
+    rope_cache: bool = False
     reserve_fraction: float = 0.0  # share of the GPU's total memory held back (DistServe: 0.01)
 
     @property
@@ -125,6 +159,12 @@ class EngineParams:
             if self.profile_activations else 0.0
         return {"activation_bytes": activations, "graph_bytes": self.graph_gib * GiB,
                 "other_bytes": self.non_torch_gib * GiB + self.reserve_fraction * gpu_memory_bytes}
+
+    def loaded_extra_bytes(self, model: ModelSpec) -> float:
+        """Bytes per GPU the engine loads beside the parameters (the rotary cache; OPT, the
+        one preset with a plain MLP, learns its positions instead)."""
+        return float(model.max_context * model.head_dim * model.dtype_bytes) \
+            if self.rope_cache and model.gated_mlp else 0.0
 
     def reserved_bytes(self, model: ModelSpec, tensor_parallel: int, policy,
                        gpu_memory_bytes: float) -> float:
@@ -161,7 +201,7 @@ def profiling_peak_bytes(model: ModelSpec, tensor_parallel: int, tokens: int, se
 
 def parse_engine(spec, where: str) -> EngineParams:
     """``engine:`` as a preset name or ``{preset, step_s, per_seq_s, per_token_s, request_s,
-    profile_activations, non_torch_gib, graph_gib, reserve_fraction}``; fields given override the
+    profile_activations, non_torch_gib, graph_gib, rope_cache, reserve_fraction}``; fields given override the
     preset's."""
     if spec is None:
         return EngineParams()
@@ -183,7 +223,7 @@ def parse_engine(spec, where: str) -> EngineParams:
 
 
 def _check(key: str, value, where: str) -> None:
-    if key == "profile_activations":
+    if key in ("profile_activations", "rope_cache"):
         if not isinstance(value, bool):
             raise SimbatchError(where, f"expected true or false, got {value!r}")
         return

@@ -7,12 +7,23 @@ for rates (bytes/s, FLOP/s), as datasheets quote them. Rates are DENSE: NVIDIA
 datasheets footnote many tensor figures "with sparsity" (2:4 structured), and
 those are halved here; rack or baseboard totals are divided by the GPU count.
 
-Memory is binary: an "80GB" card gets 80 GiB, because that is what the
-driver reports for it (``nvidia-smi`` shows 81920 MiB on an A100 80GB) and what
-KV-cache sizing in vLLM works from. The H200's "141 GB" becomes 141 GiB under
-the same rule, about 0.5% more than the ~140.4 GiB its driver reports (B200,
-GB200 and H100 NVL are over by about as much; GDDR6 cards with ECC on, such as
-L4, A10, A40 and L40S, report about 6% less than the rule gives).
+Memory is what the driver reports to PyTorch (``torch.cuda.mem_get_info()``'s
+total, which vLLM sizes its KV cache from), where a source gives it for the
+card, a little under the card's nominal size:
+
+- A100 80GB (SXM and PCIe): 79.25 GiB ("79.25 GiB total capacity", a PyTorch out-of-memory
+  message on an A100 80GB, github.com/levihsu/OOTDiffusion issue 235);
+- H100 80GB HBM3: 79.22 GiB (vLLM's "total_gpu_memory (79.22GiB)" start-up line
+  on an H100-80G, vllm-project/vllm PR 12126; PyTorch's total_memory of 81,082-
+  81,090 MiB in other reports agrees within 0.05 %);
+- RTX 4090: 25,250,627,584 bytes (23.52 GiB; ``device_total_memory_bytes`` in
+  the metadata of LLMServingSim's vLLM 0.19 run, shared/measured).
+
+The others keep the binary reading of the datasheet ("80GB" as 80 GiB), which
+is 1 % to 2 % over what such cards report (the H200's "141 GB" as 141 GiB is
+about 0.5 % over its ~140.4 GiB; GDDR6 cards with ECC on, such as L4, A10, A40
+and L40S, report about 6 % less): a KV pool sized from them is that much too
+large, and more so, relatively, for a model that nearly fills the card.
 """
 
 from __future__ import annotations
@@ -25,6 +36,9 @@ from simbatch.presets import spec_values
 GiB = 1 << 30
 GB = 1e9
 TFLOPS = 1e12
+A100_80GB_REPORTED = 79.25 * GiB  # module docstring: what the driver reports, with its source
+H100_80GB_REPORTED = 79.22 * GiB
+RTX_4090_REPORTED = 25_250_627_584
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +77,11 @@ GPU_PRESETS: dict[str, GPUSpec] = {
     for g in (
         # name, memory, memory bandwidth, dense BF16, link per direction, latency, dense FP8, dense INT8
         GPUSpec("a100-40gb", 40 * GiB, 1555 * GB, 312 * TFLOPS, 300 * GB, _NVLINK_LATENCY, 0.0, 624 * TFLOPS),
-        GPUSpec("a100-80gb", 80 * GiB, 2039 * GB, 312 * TFLOPS, 300 * GB, _NVLINK_LATENCY, 0.0, 624 * TFLOPS),
+        GPUSpec("a100-80gb", A100_80GB_REPORTED, 2039 * GB, 312 * TFLOPS, 300 * GB, _NVLINK_LATENCY, 0.0, 624 * TFLOPS),
         # The PCIe card (HBM2e at 1,935 GB/s, 300 W) pairs over a 600 GB/s (both
         # directions) NVLink bridge, as in Sarathi-Serve's Azure NC96ads v4 nodes.
-        GPUSpec("a100-80gb-pcie", 80 * GiB, 1935 * GB, 312 * TFLOPS, 300 * GB, _NVLINK_LATENCY, 0.0, 624 * TFLOPS),
-        GPUSpec("h100-sxm", 80 * GiB, 3350 * GB, 989 * TFLOPS, 450 * GB, _NVLINK_LATENCY, 1979 * TFLOPS, 1979 * TFLOPS),
+        GPUSpec("a100-80gb-pcie", A100_80GB_REPORTED, 1935 * GB, 312 * TFLOPS, 300 * GB, _NVLINK_LATENCY, 0.0, 624 * TFLOPS),
+        GPUSpec("h100-sxm", H100_80GB_REPORTED, 3350 * GB, 989 * TFLOPS, 450 * GB, _NVLINK_LATENCY, 1979 * TFLOPS, 1979 * TFLOPS),
         # The PCIe card pairs over a 600 GB/s (both directions) NVLink bridge.
         GPUSpec("h100-pcie", 80 * GiB, 2000 * GB, 756 * TFLOPS, 300 * GB, _NVLINK_LATENCY, 1513 * TFLOPS, 1513 * TFLOPS),
         GPUSpec("h200", 141 * GiB, 4800 * GB, 989 * TFLOPS, 450 * GB, _NVLINK_LATENCY, 1979 * TFLOPS, 1979 * TFLOPS),
@@ -104,7 +118,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         # GeForce RTX 4090 (Ada whitepaper): BF16 and FP8 at the FP32-accumulate
         # rate, which GeForce halves (165.2 and 330.3; FP16-accumulate is twice
         # that). PCIe Gen4 x16, and no peer-to-peer: all-reduce goes via the host.
-        GPUSpec("rtx-4090", 24 * GiB, 1008 * GB, 165.2 * TFLOPS, 32 * GB, _PCIE_LATENCY, 330.3 * TFLOPS, 660.6 * TFLOPS),
+        GPUSpec("rtx-4090", RTX_4090_REPORTED, 1008 * GB, 165.2 * TFLOPS, 32 * GB, _PCIE_LATENCY, 330.3 * TFLOPS, 660.6 * TFLOPS),
         # A10: PCIe Gen4 x16; 250 / 500 with sparsity, halved; no FP8.
         GPUSpec("a10", 24 * GiB, 600 * GB, 125 * TFLOPS, 32 * GB, _PCIE_LATENCY, 0.0, 250 * TFLOPS),
         # A10G (AWS G5 only): A10's memory, about 70 TFLOPS dense FP16/BF16 tensor

@@ -117,7 +117,7 @@ def kv_budget_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
     params = scenario.policy.params if policy_params is None else policy_params
     # Pipeline stages hold their layers' weights and KV; the stage with the most layers binds.
     share = largest_stage_share(model.num_layers, stages)
-    weights = model.weight_bytes * share / tp
+    weights = model.weight_bytes * share / tp + scenario.engine.loaded_extra_bytes(model)
     per_token = model.kv_bytes_per_token_per_gpu(tp) * share
     if scenario.speculative is not None:  # the drafter's weights, and its KV beside every token's
         drafter_weights, drafter_kv = drafter_memory(scenario.speculative, scenario.drafter, tp)
