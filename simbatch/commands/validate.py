@@ -28,7 +28,7 @@ def add_arguments(p) -> None:
     add_scenario_arguments(p)
     p.add_argument("--against", nargs="+", action="extend", default=None, metavar="LOG",
                    help="measured run logs of a real server (DistServe .exp, vLLM benchmark JSON, genai-perf, "
-                        "or CSV/JSONL with --columns): replay each through the scenario and report the errors, "
+                        "LMBench CSV, LLMServingSim requests.jsonl, or CSV/JSONL with --columns): replay each through the scenario and report the errors, "
                         "no torch needed; several paths after one flag, or the flag repeated (put SCENARIO first)")
     p.add_argument("--format", default=None, help="with --against: the logs' format (default: inferred per file)")
     p.add_argument("--columns", default=None, metavar="ROLE=COL,...",

@@ -1,6 +1,6 @@
 """Readers of measured serving-run logs: each turns one log into a :class:`MeasuredRun`.
 
-Four formats (docs/measured.md describes each, with what it does when a log
+Six formats (docs/measured.md describes each, with what it does when a log
 lacks arrivals or lengths):
 
 - ``distserve``: DistServe's ``*.exp`` files (one Python-literal line of
@@ -9,7 +9,9 @@ lacks arrivals or lengths):
   --save-result`` (``vllm bench serve`` in newer releases);
 - ``genai-perf``: genai-perf's / Perf Analyzer's ``profile_export.json``;
 - ``generic``: any CSV / JSONL through a column mapping (and the Parquet
-  tables ``simbatch run`` writes, :func:`read_generic_run`).
+  tables ``simbatch run`` writes, :func:`read_generic_run`);
+- ``lmbench`` and ``llmservingsim``: the LMCache LMBench client's CSV and
+  LLMServingSim's vLLM bench ``requests.jsonl`` (:mod:`simbatch.measured.readers_bench`).
 
 Every reader validates what it reads and raises
 ``SimbatchError(where, cause)`` for a malformed log, ``where`` being
@@ -32,16 +34,17 @@ from simbatch.errors import SimbatchError
 from simbatch.measured.logcheck import (Fail, _assemble, _check_order, _count, _entry_fail, _existing,
                                         _first_line, _given_times, _is_inf, _json_doc, _len, _number,
                                         _numbers, _parse_json, _raise, _seconds, _show, _text)
+from simbatch.measured.readers_bench import BENCH_READERS, bench_format
 from simbatch.measured.run import MeasuredRun
 from simbatch.workload.readers import TIME_UNITS, _ints, _load, _Table, check_column_mapping
 
-FORMATS = ("distserve", "vllm", "genai-perf", "generic")
+FORMATS = ("distserve", "vllm", "genai-perf", "generic", "lmbench", "llmservingsim")
 DISTSERVE_KEYS = ("prompt_len", "output_len", "issue_time", "first_token_time", "complete_time",
                   "ttft_ms", "tpot_ms", "latency_ms")
 VLLM_LISTS = ("input_lens", "output_lens", "ttfts", "itls")
 GENERIC_RUN_KEYS = ("arrival", "prompt", "output", "first_token", "finish", "ttft", "e2el", "time_unit")
 _OPTIONS = {"distserve": (), "vllm": ("arrivals",), "genai-perf": ("experiment", "prompt_tokens"),
-            "generic": ("system",)}
+            "generic": ("system",), "lmbench": (), "llmservingsim": ()}
 
 
 # --- the one entry point -------------------------------------------------------
@@ -68,6 +71,8 @@ def read_measured(path: str | Path, format: str | None = None, columns: dict | N
             raise SimbatchError("options", f"unknown option {key!r} for format {format!r}; allowed: {allowed}")
     if format == "distserve":
         return read_distserve(path)
+    if format in BENCH_READERS:
+        return BENCH_READERS[format](path)
     if format == "generic":
         if columns is None and _has_own_columns(path):
             columns = SIMBATCH_COLUMNS  # a requests.csv (or .parquet) that simbatch itself wrote
@@ -101,6 +106,8 @@ def _has_own_columns(path: str | Path) -> bool:
 
 def detect_measured_format(path: str | Path) -> str:
     """Guess a log's format: ``.exp`` or a leading Python list of dicts is DistServe;
+    a ``.csv`` with exactly LMBench's columns is lmbench, a ``.jsonl`` whose first
+    object has ``queued_ts`` / ``first_token_ts`` is llmservingsim, any other
     ``.csv`` / ``.jsonl`` is generic; a JSON object with ``experiments`` is
     genai-perf, one with ``ttfts`` / ``input_lens`` is vLLM."""
     return _detect(_existing(path))[0]
@@ -112,7 +119,7 @@ def _detect(p: Path) -> tuple[str, Any]:
     if suffix == ".exp":
         return "distserve", None
     if suffix in (".csv", ".jsonl", ".tsv", ".parquet"):
-        return "generic", None
+        return bench_format(p) or "generic", None
     text = _text(p)
     head = text.lstrip()[:4096]
     if head.startswith("[") and "prompt_len" in head:
