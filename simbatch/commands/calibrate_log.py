@@ -39,6 +39,7 @@ def run_from_log(args) -> None:
     print(text, end="")
     print(error_table(scenario, engine, fit_runs, check_runs))
     print(speed_note(scenario, fit_runs + check_runs))
+    print(capacity_note(scenario, fit_runs + check_runs))
     if out is not None:
         from simbatch.report.outputs import atomic_write
 
@@ -83,6 +84,19 @@ def error_table(scenario, engine: dict, fit_runs, check_runs) -> str:
             rows.append(row)
     headers = list(rows[0])
     return "measured / predicted:\n" + render(headers, [[str(r[h]) for h in headers] for r in rows]) + "\n"
+
+
+def capacity_note(scenario, runs) -> str:
+    """The KV capacity each log implies (the most tokens held while requests waited,
+    :mod:`simbatch.measured.capacity`) beside the scenario's pool: the fit cannot see a
+    capacity the logs never reached, and a pool larger than the server's moves the knee."""
+    from simbatch.engine.setup import kv_budget_per_replica
+    from simbatch.measured.capacity import implied_capacity
+
+    pool = kv_budget_per_replica(scenario, scenario.model, scenario.gpu).tokens
+    lines = [f"KV capacity: the scenario's pool is {pool:,} tokens per replica"]
+    lines += [f"  {Path(r.source).name}: {implied_capacity(r).verdict(pool)}" for r in runs]
+    return "\n".join(lines)
 
 
 def speed_note(scenario, runs) -> str:

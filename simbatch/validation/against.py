@@ -27,6 +27,10 @@ Error definitions (``validation.json``'s ``against`` entries), each signed,
 Each entry also holds ``log`` (its path), ``num_requests``, ``offered_rate``
 (requests/s the client sent) and the absolute values behind each error,
 ``<metric>_measured`` and ``<metric>_predicted`` (ms; req/s for throughput),
+``kv_implied_tokens``: the most tokens the server held while requests waited
+(the KV capacity the log implies, :mod:`simbatch.measured.capacity`; None
+when nothing waited) beside ``kv_capacity_tokens``, the scenario's pool, with
+``kv_implied`` holding its figures and a one-line verdict,
 and ``steps_vs_other_logs``: how much longer (+) this log's decode windows ran
 than a step model read from the other logs' own timestamps predicts
 (:mod:`simbatch.measured.speed`; None with one log, where the log's load lies
@@ -58,7 +62,7 @@ VALUE_KEYS = tuple(f"{m}_{side}" for m in METRICS for side in ("measured", "pred
 ENTRY_KEYS = ("log", "num_requests", "offered_rate", *ERROR_KEYS,
               "attainment_measured", "attainment_predicted", *VALUE_KEYS,
               "inflight_tokens_p99_measured", "inflight_tokens_p99_predicted", "kv_capacity_tokens",
-              "steps_vs_other_logs")
+              "kv_implied_tokens", "kv_implied", "steps_vs_other_logs")
 PAIR_COLUMNS = ("id", "arrival_s", "prompt", "output",
                 *(f"{col}_{side}" for _, col, _ in LATENCIES for side in ("measured", "predicted")))
 
@@ -164,9 +168,21 @@ def validate_run(scenario: Scenario, run: MeasuredRun, label: str, name: str) ->
              "inflight_tokens_p99_measured": inflight_tokens(measured),
              "inflight_tokens_p99_predicted": inflight_tokens(predicted.requests),
              "kv_capacity_tokens": kv_capacity_tokens(predicted.summary, scenario),
+             **implied_entry(run, kv_capacity_tokens(predicted.summary, scenario)),
              "steps_vs_other_logs": None}  # set by validate_runs, which sees every log
     return LogValidation(name, run, predicted, pair_requests(measured, predicted.requests),
                          {k: entry[k] for k in ENTRY_KEYS})
+
+
+def implied_entry(run: MeasuredRun, budget: int | None) -> dict:
+    """The KV capacity the log implies (:mod:`simbatch.measured.capacity`): ``kv_implied_tokens``,
+    the most tokens it held while requests waited (None: nothing waited, so it bounds nothing),
+    and ``kv_implied``, its figures and a verdict beside the scenario's pool."""
+    from simbatch.measured.capacity import implied_capacity
+
+    implied = implied_capacity(run)
+    return {"kv_implied_tokens": implied.peak_while_waiting,
+            "kv_implied": {**implied.describe(), "verdict": implied.verdict(budget)}}
 
 
 def kv_capacity_tokens(summary: dict, scenario: Scenario) -> int | None:

@@ -53,10 +53,11 @@ def _ktok(x) -> str:
 def format_against_table(result) -> str:
     """One row per log: name, offered rate, requests, measured/predicted TTFT and TPOT p50/p90 (ms)
     and SLO attainment (%), the signed errors in percent, then the in-flight tokens' p99
-    measured/predicted beside the predicted KV capacity (thousands of tokens), and the log's own
+    measured/predicted beside the predicted KV capacity and the most the server held while
+    requests waited (the capacity the log implies; thousands of tokens), and the log's own
     step speed against the other logs' (%)."""
     headers = ["log", "req/s", "n", *(f"{h} ms m/p" for h, _ in VALUE_COLUMNS), "SLO % m/p",
-               *(h for h, _ in ERROR_COLUMNS), "in-flight k m/p", "KV k", "steps vs others %"]
+               *(h for h, _ in ERROR_COLUMNS), "in-flight k m/p", "KV k", "held k", "steps vs others %"]
     rows = []
     for v in result.logs:
         e = v.errors
@@ -66,7 +67,8 @@ def format_against_table(result) -> str:
                      _pair(e["attainment_measured"], e["attainment_predicted"], _pct),
                      *(_err(e[k]) for _, k in ERROR_COLUMNS),
                      _pair(e["inflight_tokens_p99_measured"], e["inflight_tokens_p99_predicted"], _ktok),
-                     _ktok(e["kv_capacity_tokens"]), _err(e["steps_vs_other_logs"])])
+                     _ktok(e["kv_capacity_tokens"]), _ktok(e["kv_implied_tokens"]),
+                     _err(e["steps_vs_other_logs"])])
     return render(headers, rows)
 
 
