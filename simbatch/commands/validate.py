@@ -136,6 +136,8 @@ def run_against(args) -> None:
         print_notes(v.predicted.messages, f"note [{v.name} predicted]")
     print(against_header(result))
     print(format_against_table(result))
+    for v in result.logs:
+        print(f"KV [{v.name}]: {v.errors['kv_implied']['verdict']}")
     if args.out:
         write_against(args.out, result)
         extra = ", vs_rate.png" if len(result.logs) >= 2 else ""
