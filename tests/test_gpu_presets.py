@@ -48,7 +48,9 @@ def _doc_table() -> dict[str, dict[str, float]]:
 def test_preset_figures_are_sane(name):
     g = GPU_PRESETS[name]
     assert g.name == name
-    assert g.memory_bytes > 0 and g.memory_bytes % GiB == 0
+    # The marketed GB as GiB, or what the driver reports: at most 4 % under it (simbatch/hardware.py).
+    assert g.memory_bytes > 0
+    assert g.memory_bytes % GiB == 0 or 0.96 < g.memory_bytes / (round(g.memory_bytes / GiB / 8) * 8 * GiB) < 1
     assert g.hbm_bandwidth > 0 and g.peak_flops > 0 and g.link_bandwidth > 0
     assert g.link_latency_s > 0
     # 8-bit tensor cores, where present, are at least as fast as 16-bit ones.
@@ -67,7 +69,8 @@ def test_docs_table_figures_match_the_presets():
         g = GPU_PRESETS.get(name)
         assert g is not None, f"docs/hardware.md lists {name}, which is not a preset"
         for field, value in row.items():
-            assert getattr(g, field) == pytest.approx(value, rel=1e-9), f"{name}.{field}: docs {value}"
+            rel = 5e-5 if field == "memory_bytes" else 1e-9  # the RTX 4090's bytes, shown as 23.516 GiB
+            assert getattr(g, field) == pytest.approx(value, rel=rel), f"{name}.{field}: docs {value}"
 
 
 def test_spot_checks_against_vendor_figures():
