@@ -8,6 +8,69 @@ from pathlib import Path
 
 from simbatch.errors import SimbatchError
 
+MARKER = ".simbatch-output"  # in every output folder: simbatch wrote it, and may replace it whole
+# What earlier simbatch outputs hold (before the marker): they may be replaced too.
+KNOWN_OUTPUTS = ("summary.json", "comparison.csv", "validation.json", "capacity.csv")
+# Longest name (UTF-8 bytes) that may become a file or folder name: room under the usual 255-byte
+# limit for a compare row that joins a policy, router, layout and variant, and for the hidden
+# ``.NAME.tmp-PID-XXXXXXXX`` sibling every output folder is first written as.
+NAME_BYTES = 80
+PLAIN = "use letters, digits, '-', '_' and inner dots"
+
+
+def check_path_name(name, where: str, reserved: tuple[str, ...] = ()) -> str:
+    """``name`` if it can name one file or folder inside an output folder, else a one-line
+    :class:`SimbatchError` at ``where``: the one check of every name that becomes a path (the
+    scenario's ``name:``, variant names, policy kinds, the entries an output folder is written
+    with). A plain name: text, not blank, no path separator, NUL or control character, not
+    hidden (so never ``.`` or ``..``), at most :data:`NAME_BYTES` bytes, and none of
+    ``reserved`` (the files written beside it)."""
+    if not isinstance(name, str) or not name.strip():
+        raise SimbatchError(where, f"expected a non-empty string, got {name!r}")
+    if "/" in name or "\\" in name or name.startswith(".") or any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise SimbatchError(where, f"{name!r} would be a path when it names an output folder; {PLAIN}")
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > NAME_BYTES:
+        raise SimbatchError(where, f"{name[:20]!r}... is {size} bytes long; a name that becomes a file "
+                                   f"or folder name has at most {NAME_BYTES}")
+    if name in reserved:
+        raise SimbatchError(where, f"{name!r} is the name of a file written beside it; choose another")
+    return name
+
+
+def replaceable(folder: Path) -> bool:
+    """Whether writing an output to ``folder`` may replace what is there: it is absent or empty,
+    or simbatch wrote it (it holds :data:`MARKER`, or an output of a release before the marker).
+    A folder of the user's own files never is (:mod:`simbatch.report.outputs`)."""
+    if not folder.exists():
+        return True
+    if not folder.is_dir() or folder.is_symlink():
+        return False
+    names = {p.name for p in folder.iterdir()}
+    return not names or MARKER in names or any(n in names for n in KNOWN_OUTPUTS)
+
+
+def blocked_folder(path: Path) -> Path | None:
+    """The folder on the way to ``path`` that the user may not enter (so nothing below it can
+    even be looked at), or None when every folder that exists on the way can be entered."""
+    for p in (*reversed(path.parents), path):
+        try:
+            p.stat()
+        except PermissionError:
+            return p.parent
+        except OSError:  # not there (or not a folder): nothing further down exists
+            return None
+    return None
+
+
+def _check_reachable(path: Path, where: str) -> None:
+    """A one-line error at ``where`` when a folder on the way to ``path`` may not be entered
+    (``Path.exists`` would raise ``PermissionError`` there, a traceback)."""
+    folder = blocked_folder(path)
+    if folder is not None:
+        name = f"the working directory {os.getcwd()}" if folder == Path(".") else str(folder)
+        raise SimbatchError(where, f"cannot enter {name} (permission denied), so nothing can be written there")
+
 
 def check_out_dir(out_dir: str | Path, flag: str = "--out", whole: bool = True) -> Path:
     """``out_dir`` if it can become an output folder, else a one-line error naming ``flag``:
@@ -16,13 +79,12 @@ def check_out_dir(out_dir: str | Path, flag: str = "--out", whole: bool = True) 
     command replaces the whole folder (:mod:`simbatch.report.outputs`), so an existing one
     must be empty or an earlier simbatch output, never a folder of the user's own files."""
     out_dir = Path(out_dir)
+    _check_reachable(out_dir, f"{flag} {out_dir}")
     for path in (out_dir, *out_dir.parents):
         if path.exists() and not path.is_dir():
             where = flag if path == out_dir else f"{flag} {out_dir}"
             raise SimbatchError(where, f"{path} exists and is not a folder")
     if whole:
-        from simbatch.report.outputs import replaceable
-
         if not replaceable(out_dir):
             raise SimbatchError(f"{flag} {out_dir}", "holds files simbatch did not write; an output folder is "
                                                      "replaced whole, so give a new folder")
@@ -44,6 +106,7 @@ def check_out_file(path: str | Path, example: str = "out.json") -> Path:
     """``path`` as a :class:`Path` if one output file can be written there, else a one-line
     error. Its folder must exist: a file's folder is more likely a typo than a wish."""
     path = Path(path)
+    _check_reachable(path, str(path))
     if path.is_dir():
         raise SimbatchError(str(path), f"is a folder; give a file name such as {example}")
     if not path.parent.is_dir():

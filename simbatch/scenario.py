@@ -502,14 +502,12 @@ def _speculative(data: dict, model: ModelSpec, policies, disaggregation, cluster
 
 def check_name(data: dict, source: str) -> None:
     """``name`` names output folders (``runs/<name>-sweep``), so it must be a plain file
-    name: a string, no path separators, not hidden; ``description`` is free text."""
+    name (:func:`simbatch.outpaths.check_path_name`); ``description`` is free text."""
+    from simbatch.outpaths import check_path_name
+
     name = data.get("name")
     if name is not None:
-        if not isinstance(name, str) or not name.strip():
-            raise SimbatchError(f"{source}: name", f"expected a non-empty string, got {name!r}")
-        if "/" in name or "\\" in name or name.startswith(".") or "\0" in name:
-            raise SimbatchError(f"{source}: name", f"{name!r} would be a path when it names the output folder; "
-                                                   f"use letters, digits, '-', '_' and inner dots")
+        check_path_name(name, f"{source}: name")
     description = data.get("description")
     if description is not None and not isinstance(description, str):
         raise SimbatchError(f"{source}: description", f"expected text, got {type(description).__name__}")

@@ -19,6 +19,11 @@ from typing import Callable
 
 from simbatch.dotted import set_dotted
 from simbatch.errors import SimbatchError
+from simbatch.outpaths import check_path_name
+
+# What `simbatch compare --out DIR [--report]` writes beside the run folders: no variant may take
+# these names (a variant's folder would replace the table, or the table the variant's folder).
+COMPARE_FILES = ("comparison.csv", "comparison.png", "report.html", "report.md", "report_files")
 
 
 def variant_data(data: dict, overrides: dict, label: str) -> dict:
@@ -40,7 +45,8 @@ def check_variants(data: dict, source: str, from_dict: Callable[[dict, str], obj
     where = f"{source}: variants"
     if not isinstance(spec, dict) or not spec:
         raise SimbatchError(where, "expected a mapping of names to {dotted.field: value} mappings")
-    for name, overrides in spec.items():
+    names = [variant_name(name, where) for name in spec]
+    for name, overrides in zip(names, spec.values()):
         here = f"{where}.{name}"
         if not isinstance(overrides, dict):
             raise SimbatchError(here, "expected a mapping of dotted fields to values, e.g. {kv_cache.prefix_caching: false}")
@@ -51,4 +57,14 @@ def check_variants(data: dict, source: str, from_dict: Callable[[dict, str], obj
         except SimbatchError as exc:
             cause = exc.where.removeprefix(f"{source}: ")
             raise SimbatchError(here, f"{cause}: {exc.cause}") from None
-    return {str(k): dict(v) for k, v in spec.items()}
+    return {name: dict(v) for name, v in zip(names, spec.values())}
+
+
+def variant_name(name, where: str) -> str:
+    """A variant's name, checked as the name of its run folder under ``compare --out``
+    (:func:`simbatch.outpaths.check_path_name`): ``../x`` or ``/abs/x`` would write outside
+    ``--out``, ``a/b`` would nest folders the report cannot find. A YAML number (``64:``) is
+    refused with the quotes that make it a name."""
+    if isinstance(name, (int, float)) and not isinstance(name, bool):
+        raise SimbatchError(where, f"variant name {name!r} is a number; quote it to make it a name: '{name}'")
+    return check_path_name(name, where, reserved=COMPARE_FILES)

@@ -125,3 +125,56 @@ def test_mutated_real_trace_rows_run_or_are_one_line(tmp_path_factory, capsys, d
     (folder / "t.csv").write_bytes(text)
     scenario = {**SCENARIOS["classroom"], "workload": {"trace": "t.csv", "max_total_tokens": 4096}}
     check_run(folder, capsys, yaml.safe_dump(scenario))
+
+
+# Names that become paths (issue 33): a variant's name is its run folder's name under `compare --out`.
+# "/ABS" stands for an absolute folder inside the test's own folder, so that an escape is seen.
+PATH_NAMES = {"absolute": "/ABS/x", "parent": "../y", "nested": "a/b", "dotdot": "..", "dot": ".",
+              "hidden": ".hidden", "backslash": "a\\b", "tab": "tab\there", "nul": "nul\x00", "long": "x" * 81,
+              "the table": "comparison.csv", "the report's files": "report_files", "empty": "", "blank": " "}
+
+
+def tree(folder: Path) -> list[str]:
+    """Everything under ``folder``, as sorted relative paths."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("name", list(PATH_NAMES.values()), ids=list(PATH_NAMES))
+def test_a_variant_name_that_is_no_plain_name_fails_before_anything_is_written(tmp_path, capsys, monkeypatch, name):
+    """``variants: {"/abs/x": ..., "../y": ...}`` then ``compare --out sub/out`` exited 0 and wrote
+    run folders at /abs/x and sub/y; ``a/b`` nested folders that ``report`` then left out."""
+    import simbatch.runs as runs
+
+    monkeypatch.setattr(runs, "simulate", lambda *a, **k: pytest.fail("simulated before checking the names"))
+    monkeypatch.chdir(tmp_path)
+    name = name.replace("/ABS", str(tmp_path / "abs"))
+    data = {**SCENARIOS["classroom"], "variants": {"fine": {"seed": 1}, name: {"seed": 2}}}
+    Path("e.yaml").write_text(yaml.safe_dump(data, allow_unicode=True))
+    assert main(["compare", "e.yaml", "--out", "sub/out", "--jobs", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("simbatch: error: e.yaml:") and ": variants: " in err[0], err
+    assert tree(tmp_path) == ["e.yaml"]
+
+
+def test_plain_variant_names_each_get_their_folder_and_their_report_row(tmp_path, capsys):
+    """Digits, inner dots, ``+`` and non-ASCII letters make plain names: one folder each, directly
+    under --out, and one row each in the report."""
+    names = ("64", "v1.2+x", "größer")
+    data = {**SCENARIOS["classroom"], "variants": {name: {"seed": i} for i, name in enumerate(names)}}
+    (tmp_path / "e.yaml").write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["compare", str(tmp_path / "e.yaml"), "--out", str(out), "--jobs", "1", "--report"]) == 0
+    assert sorted(p.name for p in out.iterdir() if (p / "summary.json").is_file()) == sorted(names)
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert all(f"| {name} " in report for name in names), report
+    assert all(p == "e.yaml" or p.startswith("out") for p in tree(tmp_path))
+
+
+def test_a_number_as_a_variant_name_says_to_quote_it(tmp_path, capsys):
+    """``64:`` is a YAML number (compare then failed on it with a TypeError)."""
+    data = {**SCENARIOS["classroom"], "variants": {64: {"seed": 1}}}
+    (tmp_path / "e.yaml").write_text(yaml.safe_dump(data))
+    assert main(["compare", str(tmp_path / "e.yaml"), "--out", str(tmp_path / "out"), "--jobs", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith("variants: variant name 64 is a number; quote it to make it a name: '64'")
+    assert not (tmp_path / "out").exists()

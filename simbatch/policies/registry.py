@@ -16,6 +16,7 @@ import traceback
 from pathlib import Path
 
 from simbatch.errors import SimbatchError
+from simbatch.outpaths import check_path_name
 from simbatch.policies.base import Policy
 from simbatch.policies.chunked_prefill import ChunkedPrefillPolicy
 from simbatch.policies.continuous import ContinuousPolicy
@@ -43,6 +44,7 @@ def register_policy(cls: type[Policy], *, replace: bool = False) -> type[Policy]
     kind = cls.__dict__.get("kind")
     if not isinstance(kind, str) or not kind.isidentifier():
         raise SimbatchError(where, "needs its own `kind = \"name\"` (a Python identifier)")
+    check_path_name(kind, f"{where}: kind")  # it names the policy's folder in `simbatch compare --out`
     params = getattr(cls, "Params", None)
     if not (isinstance(params, type) and dataclasses.is_dataclass(params)):
         raise SimbatchError(where, "needs a `Params` dataclass (its fields are the policy's knobs)")

@@ -37,30 +37,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simbatch.errors import SimbatchError
+# The marker and what may be replaced live with the output checks (simbatch.outpaths); names of this module too.
+from simbatch.outpaths import KNOWN_OUTPUTS, MARKER, check_path_name, replaceable  # noqa: F401
 from simbatch.report.csv_table import write_csv as _write_csv  # tests replace it here
 from simbatch.report.parquet_table import write_parquet as _write_parquet  # (pyarrow only when called)
 
 if TYPE_CHECKING:  # pandas only in annotations: a run writes its tables without it
     import pandas as pd
 
-MARKER = ".simbatch-output"  # in every output folder: simbatch wrote it, and may replace it whole
-# What earlier simbatch outputs hold (before the marker): they may be replaced too.
-KNOWN_OUTPUTS = ("summary.json", "comparison.csv", "validation.json", "capacity.csv")
 TABLE_FORMATS = ("auto", "csv", "parquet")  # how a run's requests and steps tables are written
 # ``auto`` writes Parquet when a table has more rows than a spreadsheet sheet holds (Excel and
 # LibreOffice Calc: 2**20): such a CSV opens in no spreadsheet anyway, and takes seconds to write
 # (every float through repr) where Parquet takes a fraction of one. Smaller runs stay CSV.
 SPREADSHEET_ROWS = 1_048_576
-
-
-def replaceable(folder: Path) -> bool:
-    """Whether writing an output to ``folder`` may replace what is there (module docstring)."""
-    if not folder.exists():
-        return True
-    if not folder.is_dir() or folder.is_symlink():
-        return False
-    names = {p.name for p in folder.iterdir()}
-    return not names or MARKER in names or any(n in names for n in KNOWN_OUTPUTS)
 
 
 def clean_stale(out_dir: Path) -> None:
@@ -120,8 +109,11 @@ def _write_text(path: Path, lines: list[str]) -> None:
 def write_files(out_dir: Path, writers: dict[str, Callable[[Path], None]]) -> list[Path]:
     """Make ``out_dir`` hold exactly what ``writers`` (file name -> function of its path) write,
     all at once (module docstring). A writer may make a folder at its path (another output
-    folder, written the same way). Returns the written paths."""
+    folder, written the same way). Every name must be a plain one (:func:`check_path_name`),
+    checked before anything is written: no name reaches outside ``out_dir``. Returns the written paths."""
     out_dir = Path(out_dir)
+    for name in writers:
+        check_path_name(name, str(out_dir))
     if not replaceable(out_dir):
         raise SimbatchError(str(out_dir), "holds files simbatch did not write; an output folder is replaced "
                                           "whole, so give a new folder")

@@ -23,6 +23,7 @@ import yaml
 from simbatch.errors import SimbatchError
 from simbatch.executors import Executor, InlineExecutor
 from simbatch.metrics.summary import LATENCY_KEYS, SUMMARY_KEYS
+from simbatch.outpaths import check_path_name
 from simbatch.prefix_cache import PREFIX_CACHE_STATS
 from simbatch.report.outputs import atomic_write, json_safe
 from simbatch.scenario import Scenario, from_dict
@@ -101,6 +102,11 @@ def write_json(path: Path, obj: dict) -> None:
     atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
 
 
+def run_file(runs_dir: Path, run_id: str) -> Path:
+    """A point's run file, ``runs/<run_id>.json`` (its name checked as every name that becomes a path)."""
+    return runs_dir / check_path_name(f"{run_id}.json", str(runs_dir))
+
+
 def read_run(path: Path) -> dict | None:
     """A run file, or None when it is missing or unreadable (then the run is done again)."""
     try:
@@ -129,7 +135,7 @@ def run_sweep(scenario: Scenario, grid: Grid, out_dir: str | Path, executor: Exe
     for message in notes:
         note(message)
     runs_dir = prepare(Path(out_dir), scenario, grid)
-    todo = [p for p in points if read_run(runs_dir / f"{p.run_id}.json") is None]
+    todo = [p for p in points if read_run(run_file(runs_dir, p.run_id)) is None]
     if len(todo) < len(points):
         note(f"{len(points) - len(todo)} of {len(points)} runs already done in {runs_dir}")
     bar = Progress(len(points), len(points) - len(todo)) if progress else None
@@ -137,7 +143,7 @@ def run_sweep(scenario: Scenario, grid: Grid, out_dir: str | Path, executor: Exe
     def on_done(i: int, row: dict) -> None:
         p = todo[i]
         metrics = {k: v for k, v in row.items() if k not in ("run_id", "wall_s")}
-        write_json(runs_dir / f"{p.run_id}.json", {"run_id": p.run_id, "params": p.params, "metrics": metrics,
+        write_json(run_file(runs_dir, p.run_id), {"run_id": p.run_id, "params": p.params, "metrics": metrics,
                                                    "wall_s": row["wall_s"], "scenario": p.data})
         if bar:
             bar.update()
@@ -173,7 +179,7 @@ def collect(runs_dir: Path, points: list[Point], grid: Grid, note: Callable[[str
     """One row per point from its run file: ``run_id``, the grid values, the metrics, ``wall_s``."""
     rows = []
     for p in points:
-        record = read_run(runs_dir / f"{p.run_id}.json")
+        record = read_run(run_file(runs_dir, p.run_id))
         rows.append({"run_id": p.run_id, **p.params, **record["metrics"], "wall_s": record["wall_s"]})
     stale = {f.stem for f in runs_dir.glob("*.json")} - {p.run_id for p in points}
     if stale:
