@@ -58,8 +58,18 @@ def scenarios_dir(start: Path | None = None) -> Path:
 def resolve_scenario_path(arg: str | Path) -> Path:
     """A file path as given, else a bundled scenario by name (``chat``, ``classroom``...)."""
     path = Path(arg)
-    if path.exists() or path.suffix in (".yaml", ".yml"):
+    if _exists(path) or path.suffix in (".yaml", ".yml"):
         return path
     folder = bundled_dir()
     bundled = folder / f"{arg}.yaml" if folder is not None else path
     return bundled if bundled.exists() else path
+
+
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False where a folder on the way may not be entered (``exists`` raises
+    there): then a bundled name is still found, and any other path goes to the loader, which
+    reports it in one line."""
+    try:
+        return path.exists()
+    except OSError:
+        return False

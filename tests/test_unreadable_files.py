@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -160,11 +161,30 @@ def test_a_latin1_trace_names_its_line(tmp_path, capsys):
     assert code == 2 and len(err) == 1 and f"{trace}:5: not UTF-8 text (byte 0xe9" in err[0], err
 
 
+@pytest.fixture
+def open_folder(tmp_path):
+    """A folder the unprivileged user of :func:`unprivileged` can reach and write in, so that a
+    test fails where it means to. As root, pytest's ``tmp_path`` lies in a folder only root may
+    enter (``/tmp/pytest-of-root`` is 0700), where ``nobody`` would fail on the way, not on the
+    file under test; so as root a fresh folder in the system's temporary folder, open to all
+    (sticky, as ``/tmp`` is), removed afterwards."""
+    if os.geteuid() != 0:
+        yield tmp_path
+        return
+    folder = Path(tempfile.mkdtemp(prefix="simbatch-test-perm-"))
+    folder.chmod(0o1777)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def unprivileged(folder: Path) -> list[str] | None:
-    """A command prefix under which, run in ``folder``, simbatch imports and a mode-000 file
-    there cannot be read, or None: nothing when not root; as root, ``nobody`` (if it can run
-    this interpreter and reach the package), else root without CAP_DAC_OVERRIDE and
-    CAP_DAC_READ_SEARCH (the capabilities that let root ignore permission bits)."""
+    """A command prefix under which, run in ``folder``, simbatch imports, a file there can be
+    read and a mode-000 one cannot, or None: nothing when not root; as root, ``nobody`` (if it
+    can run this interpreter, reach the package and ``folder``), else root without
+    CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (the capabilities that let root ignore permission
+    bits). The readable file tells a refused file from a folder on the way that was refused."""
     if os.geteuid() != 0:
         return []
     setpriv = shutil.which("setpriv")
@@ -172,10 +192,13 @@ def unprivileged(folder: Path) -> list[str] | None:
         return None
     candidates = [[setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups"],
                   [setpriv, "--bounding-set=-dac_override,-dac_read_search"]]
-    probe = folder / "probe"
+    probe, readable = folder / "probe", folder / "readable"
     probe.write_text("x")
     probe.chmod(0)
-    code = f"import simbatch.cli\ntry:\n    open({str(probe)!r}).read()\nexcept PermissionError:\n    print('denied')"
+    readable.write_text("x")
+    readable.chmod(0o644)
+    code = (f"import simbatch.cli\nopen({str(readable)!r}).read()\n"
+            f"try:\n    open({str(probe)!r}).read()\nexcept PermissionError:\n    print('denied')")
     try:
         for prefix in candidates:
             try:
@@ -187,24 +210,109 @@ def unprivileged(folder: Path) -> list[str] | None:
                 return prefix
     finally:
         probe.unlink()
+        readable.unlink()
     return None
+
+
+def prefix_or_skip(folder: Path) -> list[str]:
+    """:func:`unprivileged`'s prefix, or a skip that says why the condition cannot be set up."""
+    prefix = unprivileged(folder)
+    if prefix is None:
+        pytest.skip(f"running as root, and neither `nobody` nor root without CAP_DAC_OVERRIDE (setpriv: "
+                    f"{shutil.which('setpriv') or 'not installed'}) can run {sys.executable}, import simbatch "
+                    f"and read a file in {folder} while refused a mode-000 one")
+    return prefix
+
+
+def simbatch_as(prefix: list[str], argv: list[str], cwd: Path, lock_cwd: bool = False):
+    """``python -m simbatch ARGV`` under ``prefix`` in ``cwd``; ``lock_cwd``: ``cwd`` is made
+    mode 000 once the child is in it (it could not enter it afterwards, not being root)."""
+    def enter():
+        os.chdir(cwd)
+        if lock_cwd:
+            os.chmod(cwd, 0)
+    try:
+        return subprocess.run([*prefix, sys.executable, "-m", "simbatch", *argv], capture_output=True, text=True,
+                              timeout=120, preexec_fn=enter)
+    finally:
+        cwd.chmod(0o755)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="permission bits and setpriv are Linux's here")
 @pytest.mark.parametrize("make", [scenario_file, trace_scenario], ids=["scenario", "trace"])
-def test_a_file_the_user_may_not_read(tmp_path, make):
-    prefix = unprivileged(tmp_path)
-    if prefix is None:
-        pytest.skip("running as root without setpriv, or setpriv cannot drop the right to read any file")
-    argv, target = make(tmp_path)
+def test_a_file_the_user_may_not_read(open_folder, make):
+    prefix = prefix_or_skip(open_folder)
+    argv, target = make(open_folder)
     target.chmod(0)
-    out = subprocess.run([*prefix, sys.executable, "-m", "simbatch", *argv, "--out", str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    out = simbatch_as(prefix, [*argv, "--out", str(open_folder / "out")], open_folder)
     err = out.stderr.strip().splitlines()
     what = "scenario file" if target.suffix == ".yaml" else "trace file"
     assert out.returncode == 2 and err == [f"simbatch: error: {target if what == 'trace file' else argv[1]}: "
                                            f"cannot read the {what}: permission denied"], out.stderr
-    assert not (tmp_path / "out").exists()
+    assert not (open_folder / "out").exists()
+
+
+@pytest.fixture
+def locked(open_folder):
+    """``open_folder/locked``, holding a scenario and a trace, that no one but root may enter
+    (mode 000); opened again afterwards so that it can be removed."""
+    folder = open_folder / "locked"
+    folder.mkdir()
+    trace_scenario(folder)
+    folder.chmod(0)
+    yield folder
+    folder.chmod(0o755)
+
+
+def _scenario_behind(locked: Path) -> tuple[list[str], str]:
+    return ["run", str(locked / "s.yaml")], f"{locked / 's.yaml'}: cannot read the scenario file: permission denied"
+
+
+def _trace_behind(locked: Path) -> tuple[list[str], str]:
+    scenario = scenario_with(locked.parent, f"  trace: {locked / 't.csv'}\n")
+    return ["run", str(scenario)], f"{locked / 't.csv'}: cannot read the trace file: permission denied"
+
+
+def _out_behind(locked: Path) -> tuple[list[str], str]:
+    return ["run", "classroom", "--out", str(locked / "sub" / "o")], \
+        f"--out {locked / 'sub' / 'o'}: cannot enter {locked} (permission denied), so nothing can be written there"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="permission bits and setpriv are Linux's here")
+@pytest.mark.parametrize("case", [_scenario_behind, _trace_behind, _out_behind], ids=["scenario", "trace", "out"])
+def test_a_folder_the_user_may_not_enter(open_folder, locked, case):
+    """A scenario, a trace or an --out folder behind a folder the user may not enter (issue 33:
+    ``Path.exists`` raised PermissionError, a traceback with exit 1): one line, exit 2."""
+    prefix = prefix_or_skip(open_folder)
+    argv, message = case(locked)
+    out = simbatch_as(prefix, argv, open_folder)
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [f"simbatch: error: {message}"], out.stderr
+    assert sorted(p.name for p in open_folder.iterdir()) == ["locked", *(["s.yaml"] if "trace" in message else [])]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="permission bits and setpriv are Linux's here")
+@pytest.mark.parametrize("argv, message", [
+    (["run", "s.yaml"], "s.yaml: cannot read the scenario file: permission denied"),
+    (["run", "classroom", "--out", "o"], "--out o: cannot enter the working directory {cwd} (permission denied), "
+                                         "so nothing can be written there"),
+    (["sweep", "classroom", "--grid", "seed=0,1"], "the sweep folder runs/classroom-sweep: cannot enter the working "
+                                                   "directory {cwd} (permission denied), so nothing can be written there"),
+    (["report", "."], ".: cannot read the results folder: permission denied"),
+], ids=["scenario", "out", "sweep", "report"])
+def test_a_working_directory_the_user_may_not_enter(open_folder, argv, message):
+    """The issue 33 situation itself: a user in a folder they may not enter (pytest's root-owned
+    temporary folder, for ``nobody``). A bundled name still runs; anything read or written
+    there is one line, exit 2."""
+    prefix = prefix_or_skip(open_folder)
+    cwd = open_folder / "cwd"
+    cwd.mkdir()
+    scenario_file(cwd)
+    out = simbatch_as(prefix, argv, cwd, lock_cwd=True)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines() == [f"simbatch: error: {message.format(cwd=cwd)}"], out.stderr
+    assert sorted(p.name for p in cwd.iterdir()) == ["s.yaml"]
+    ran = simbatch_as(prefix, ["run", "classroom"], cwd, lock_cwd=True)
+    assert ran.returncode == 0 and "classroom" in ran.stdout, ran.stderr
 
 
 def test_a_closed_pipe_ends_quietly_and_the_files_are_still_written(tmp_path):

@@ -34,13 +34,20 @@ def note(message: str) -> None:
     print(f"note: {message}", file=sys.stderr)
 
 
+def default_folder(scenario) -> Path:
+    """``runs/<name>-sweep``, checked as ``--out`` is (before any run): a sweep folder grows."""
+    from simbatch.outpaths import check_out_dir
+
+    return check_out_dir(Path("runs") / f"{scenario.name}-sweep", "the sweep folder", whole=False)
+
+
 def run(args) -> None:
     from simbatch.report.table import fmt_num
     from simbatch.sweep import run_sweep, sweep_grid
 
     scenario = load(args)
     grid = sweep_grid(scenario, args.grid)
-    out_dir = args.out or Path("runs") / f"{scenario.name}-sweep"
+    out_dir = args.out or default_folder(scenario)
     executor = make_args_executor(args)
     try:
         table = run_sweep(scenario, grid, out_dir, executor, progress=True, note=note)

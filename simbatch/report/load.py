@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import io
 import json
+import os
 import platform
 from dataclasses import dataclass
 from importlib import metadata
@@ -150,13 +151,25 @@ def _run_folders(folder: Path) -> list[Path]:
     return sorted(subs, key=lambda p: (order.get(p.name, len(order)), p.name))
 
 
+def check_results_folder(folder: Path) -> Path:
+    """``folder`` if it is a folder the user may list, else a one-line error: not there, not a
+    folder, or behind (or itself) a folder the user may not enter or read."""
+    try:
+        if not folder.exists():
+            raise SimbatchError(str(folder), "no such folder")
+        if not folder.is_dir():
+            raise SimbatchError(str(folder), "not a folder (give a `simbatch run`, `compare` or `sweep` --out folder)")
+        os.listdir(folder)
+    except PermissionError:
+        raise SimbatchError(str(folder), "cannot read the results folder: permission denied") from None
+    except OSError as exc:  # a name too long, a loop of links
+        raise SimbatchError(str(folder), f"cannot read the results folder: {exc.strerror or exc}") from None
+    return folder
+
+
 def load_results(folder) -> ReportData:
     """Read a ``run`` or ``compare`` output folder; a :class:`SimbatchError` if it is not one."""
-    folder = Path(folder)
-    if not folder.exists():
-        raise SimbatchError(str(folder), "no such folder")
-    if not folder.is_dir():
-        raise SimbatchError(str(folder), "not a folder (give a `simbatch run`, `compare` or `sweep` --out folder)")
+    folder = check_results_folder(Path(folder))
     if (folder / "summary.json").is_file():
         single = load_run(folder)
         runs = {single.name: single}
