@@ -123,3 +123,18 @@ def test_the_saturating_vllm_log_held_about_56k_tokens_and_the_others_never_queu
     saturated = implied_capacity(read_measured(logs / "vllm-300-3.exp"))
     assert 55_000 < saturated.peak_while_waiting < 57_000
     assert not implied_capacity(read_measured(logs / "vllm-100-1.exp")).saturates
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/measured is absent (measured runs are not shipped)")
+def test_validate_sets_the_engines_own_pool_beside_the_scenarios_where_the_bench_recorded_it():
+    """LLMServingSim's bench wrote vLLM's 2,588 blocks beside the log; the log alone overstates
+    what the 4090 held (it preempted, and a log records no preemption), and the verdict says so."""
+    from simbatch.validation.against import validate_against
+
+    log = SHARED / "llmservingsim-vllm0.19" / "RTX4090" / "Llama-3.1-8B" / "vllm" / "requests.jsonl"
+    sc = load_scenario("vllm019_llama8b_rtx4090")
+    entry = validate_against(sc, [log]).logs[0].errors
+    implied = entry["kv_implied"]
+    assert implied["engine_tokens"] == 41_408 and implied["used_peak_pct"] > 99
+    assert "the engine's own pool is 41,408 tokens" in implied["verdict"]
+    assert entry["kv_implied_tokens"] > entry["kv_capacity_tokens"] and "preempted" in implied["verdict"]

@@ -15,6 +15,13 @@ It waits from its arrival until it is admitted; only waits longer than
 ``wait_s`` count, so a prompt whose own prefill takes a moment is not taken for
 a queue. The in-flight count is piecewise linear between events, so its
 maximum is found exactly at them.
+
+A request the server preempted (its blocks freed, to be recomputed later)
+still counts as holding its tokens: a log records no preemption, so on a
+server that preempted the figure overstates what it held (the RTX 4090 run of
+vLLM 0.19: 57k tokens "held" in a 41k-token pool). Where the bench recorded
+the engine's own pool and its use (LLMServingSim's ``meta.json`` and
+``timeseries.csv`` beside the log), :func:`engine_record` reads those instead.
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ class ImpliedCapacity:
         text = f"held {self.peak_while_waiting:,} tokens while requests waited ({self.waited_s:.0f} s)"
         if budget_tokens:
             text += f"; the scenario's pool is {budget_tokens:,} ({budget_tokens / self.peak_while_waiting - 1:+.0%})"
+        if budget_tokens and self.peak_while_waiting > budget_tokens:
+            text += " (more than a pool holds: preempted requests count as held, module docstring)"
         return text
 
     def describe(self) -> dict:
@@ -114,3 +123,18 @@ def _waited(wait_from, admitted) -> float:
         else:
             cur_e = max(cur_e, hi)
     return float(total + cur_e - cur_s)
+
+
+def engine_record(path) -> dict:
+    """The engine's own KV figures where its bench wrote them beside the log at ``path``:
+    ``engine_tokens`` (vLLM's num_gpu_blocks x block size, meta.json) and ``used_peak_pct``
+    (the stat logger's peak KV use, timeseries.csv); {} where neither is there."""
+    from simbatch.measured.readers_bench import bench_companions, read_engine_meta, read_timeseries
+
+    found, out = bench_companions(path), {}
+    if "meta" in found:
+        out["engine_tokens"] = read_engine_meta(found["meta"]).kv_tokens
+    if "timeseries" in found:
+        out["used_peak_pct"] = float(read_timeseries(found["timeseries"])["kv_cache_pct"].max())
+    return {k: v for k, v in out.items() if v is not None}
+

@@ -178,11 +178,15 @@ def implied_entry(run: MeasuredRun, budget: int | None) -> dict:
     """The KV capacity the log implies (:mod:`simbatch.measured.capacity`): ``kv_implied_tokens``,
     the most tokens it held while requests waited (None: nothing waited, so it bounds nothing),
     and ``kv_implied``, its figures and a verdict beside the scenario's pool."""
-    from simbatch.measured.capacity import implied_capacity
+    from simbatch.measured.capacity import engine_record, implied_capacity
 
-    implied = implied_capacity(run)
+    implied, own = implied_capacity(run), engine_record(run.source)
+    verdict = implied.verdict(budget)
+    if own.get("engine_tokens"):
+        verdict = (f"the engine's own pool is {own['engine_tokens']:,} tokens (its meta.json), the scenario's "
+                   f"{budget:,} ({budget / own['engine_tokens'] - 1:+.1%}); from the log alone: {verdict}")
     return {"kv_implied_tokens": implied.peak_while_waiting,
-            "kv_implied": {**implied.describe(), "verdict": implied.verdict(budget)}}
+            "kv_implied": {**implied.describe(), **own, "verdict": verdict}}
 
 
 def kv_capacity_tokens(summary: dict, scenario: Scenario) -> int | None:
