@@ -176,7 +176,7 @@ def test_kv_pressure_preempts_the_newest_or_under_priority_the_least_important(k
     reqs = [{"prompt": 1000, "output": 1500, "priority": 2, "arrival_s": 0.0},
             {"prompt": 1000, "output": 1500, "priority": 0, "arrival_s": 0.01}]
     sc = from_dict({"workload": {"requests": reqs}, "model": "llama-2-7b", "hardware": "a100-80gb",
-                    "cost_model": {"kind": "roofline"}, "kv_cache": {"gpu_memory_utilization": 0.185},
+                    "cost_model": {"kind": "roofline"}, "kv_cache": {"num_gpu_blocks": 287},
                     "policy": {"kind": kind, "queue_order": order, "chunk_size": 1024} if kind == "chunked_prefill"
                     else {"kind": kind, "queue_order": order}})
     result = simulate(sc)
