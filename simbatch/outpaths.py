@@ -51,8 +51,9 @@ def replaceable(folder: Path) -> bool:
 
 
 def blocked_folder(path: Path) -> Path | None:
-    """The folder on the way to ``path`` that the user may not enter (so nothing below it can
-    even be looked at), or None when every folder that exists on the way can be entered."""
+    """The folder on the way to ``path``, or ``path`` itself when it is a folder, that the user
+    may not enter (so nothing in it can even be looked at), or None when every folder that
+    exists there can be entered."""
     for p in (*reversed(path.parents), path):
         try:
             p.stat()
@@ -60,6 +61,11 @@ def blocked_folder(path: Path) -> Path | None:
             return p.parent
         except OSError:  # not there (or not a folder): nothing further down exists
             return None
+    try:
+        if path.is_dir():
+            os.listdir(path)
+    except PermissionError:
+        return path
     return None
 
 

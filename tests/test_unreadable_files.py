@@ -278,8 +278,14 @@ def _out_behind(locked: Path) -> tuple[list[str], str]:
         f"--out {locked / 'sub' / 'o'}: cannot enter {locked} (permission denied), so nothing can be written there"
 
 
+def _out_locked(locked: Path) -> tuple[list[str], str]:
+    return ["run", "classroom", "--out", str(locked)], \
+        f"--out {locked}: cannot enter {locked} (permission denied), so nothing can be written there"
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="permission bits and setpriv are Linux's here")
-@pytest.mark.parametrize("case", [_scenario_behind, _trace_behind, _out_behind], ids=["scenario", "trace", "out"])
+@pytest.mark.parametrize("case", [_scenario_behind, _trace_behind, _out_behind, _out_locked],
+                         ids=["scenario", "trace", "out", "out itself"])
 def test_a_folder_the_user_may_not_enter(open_folder, locked, case):
     """A scenario, a trace or an --out folder behind a folder the user may not enter (issue 33:
     ``Path.exists`` raised PermissionError, a traceback with exit 1): one line, exit 2."""
