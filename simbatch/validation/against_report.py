@@ -4,8 +4,10 @@
 ``validation.json`` (``scenario``, ``cost_model`` and the ``against`` list, one
 entry per log, keys :data:`simbatch.validation.against.ENTRY_KEYS`),
 ``pairs/<log>.csv`` (each request measured beside predicted), ``cdfs/<log>.png``
-(TTFT, TPOT and E2EL CDFs) and, with two logs or more, ``vs_rate.png``
-(SLO attainment and TPOT p50/p90 against the offered rate).
+(TTFT, TPOT and E2EL CDFs), with two logs or more ``vs_rate.png`` (SLO
+attainment and TPOT p50/p90 against the offered rate) and, for a log whose
+bench wrote a per-second ``timeseries.csv``, ``timeseries/<log>.png`` and
+``.csv`` (running, waiting and KV use over time, measured beside predicted).
 """
 
 from __future__ import annotations
@@ -84,8 +86,29 @@ def write_against(out_dir: str | Path, result) -> Path:
     }
     if len(result.logs) >= 2:
         writers["vs_rate.png"] = lambda p: plot_vs_rate(result, p)
+    series = timeseries_of(result)
+    if series:
+        writers["timeseries"] = lambda p: _write_timeseries(series, p)
     write_files(out_dir, writers)
     return out_dir
+
+
+def timeseries_of(result) -> dict:
+    """Each log's engine state over time, measured beside predicted, where its bench wrote a
+    timeseries.csv (:mod:`simbatch.validation.timeseries`): {log name: (measured, predicted)}."""
+    from simbatch.validation.timeseries import log_timeseries
+
+    return {v.name: s for v in result.logs if (s := log_timeseries(v)) is not None}
+
+
+def _write_timeseries(series: dict, folder: Path) -> None:
+    from simbatch.validation.timeseries import plot_timeseries
+
+    folder.mkdir()
+    for name, (measured, predicted) in series.items():
+        both = measured.merge(predicted, on="t", suffixes=("_measured", "_predicted"))
+        both.to_csv(folder / f"{name}.csv", index=False)
+        plot_timeseries(measured, predicted, name, folder / f"{name}.png")
 
 
 def _write_pairs(result, folder: Path) -> None:
