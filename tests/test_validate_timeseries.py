@@ -33,8 +33,8 @@ def test_validate_writes_the_series_of_the_rtx_4090_run(tmp_path, capsys):
     table = pd.read_csv(out / "timeseries" / "requests.csv")
     assert len(table) == 184 and (out / "timeseries" / "requests.png").stat().st_size > 10_000
     # The pool binds on both sides: KV use near full through the middle of the run, and as many
-    # requests running (the pool sets the concurrency) within a fifth.
+    # requests running (the pool sets the concurrency) within a tenth (measured: 1.002).
     middle = table[(table.t > 20) & (table.t < 150)]
     assert middle["kv_cache_pct_measured"].median() > 95 and middle["kv_cache_pct_predicted"].median() > 95
     ratio = middle["running_predicted"].mean() / middle["running_measured"].mean()
-    assert 0.8 < ratio < 1.2
+    assert 0.9 < ratio < 1.1
