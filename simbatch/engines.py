@@ -109,6 +109,40 @@ PRESETS: dict[str, dict] = {
 }
 
 
+# The API server's scheduler defaults of each V1 release, by the GPU's memory (vllm/engine/
+# arg_utils.py, EngineArgs._set_default_args_v1): (max_num_batched_tokens, max_num_seqs).
+# 0.8.x: GPUs of 70 GiB or more get 8,192 / 1,024 (PR #17073, merged 2025-04-23), others 2,048 /
+# 256; from PR #17885 (2025-05-09) on, A100s keep the small defaults (the 0.19 rule). V1 always
+# chunks prefills (chunked prefill cannot be turned off), so they apply to chunked_prefill.
+LARGE_GPU_GIB = 70
+V1_DEFAULTS = {"large": (8192, 1024), "small": (2048, 256)}
+
+
+def v1_scheduler_defaults(preset: str, gpu_name: str, gpu_memory_bytes: float) -> dict | None:
+    """``{max_num_batched_tokens, max_num_seqs}`` the vLLM V1 release ``preset`` gives its API
+    server on this GPU, or None for an engine without such defaults."""
+    if preset not in ("vllm-0.8", "vllm-0.19"):
+        return None
+    large = gpu_memory_bytes >= LARGE_GPU_GIB * GiB and (preset == "vllm-0.8" or "a100" not in gpu_name.lower())
+    tokens, seqs = V1_DEFAULTS["large" if large else "small"]
+    return {"max_num_batched_tokens": tokens, "max_num_seqs": seqs}
+
+
+def with_engine_defaults(policy: dict, engine_spec, gpu_name: str, gpu_memory_bytes: float) -> dict:
+    """``policy`` (a scenario's ``policy:`` mapping) with the knobs it leaves out filled by the
+    engine release's defaults: a vLLM V1 preset's scheduler budget and sequence cap for a
+    ``chunked_prefill`` policy (:func:`v1_scheduler_defaults`); other policies unchanged."""
+    preset = engine_spec if isinstance(engine_spec, str) else (engine_spec or {}).get("preset") \
+        if isinstance(engine_spec, dict) else None
+    defaults = v1_scheduler_defaults(preset, gpu_name, gpu_memory_bytes) if isinstance(preset, str) else None
+    if not defaults or policy.get("kind") != "chunked_prefill":
+        return policy
+    budget_given = any(k in policy for k in ("max_num_batched_tokens", "chunk_size"))
+    filled = {k: v for k, v in defaults.items() if k not in policy
+              and not (k == "max_num_batched_tokens" and budget_given)}
+    return {**policy, **filled} if filled else policy
+
+
 @dataclass(frozen=True)
 class EngineParams:
     """The scenario's ``engine:`` section, resolved: a preset overlaid with explicit fields."""

@@ -17,7 +17,7 @@ import yaml
 from simbatch.control.params import KNOBS, ControlParams, parse_control
 from simbatch.disaggregation_params import DisaggregationParams, parse_disaggregation
 from simbatch.policies.routers import ROUTERS
-from simbatch.engines import EngineParams, parse_engine
+from simbatch.engines import EngineParams, parse_engine, with_engine_defaults
 from simbatch.dotted import set_dotted  # noqa: F401  (re-exported: --set, sweep grids)
 from simbatch.errors import SimbatchError
 from simbatch.hardware import GPUSpec, get_gpu
@@ -358,6 +358,10 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
         raise SimbatchError(f"{source}: policy", "must be a mapping with a kind, e.g. {kind: continuous}")
     check_name(data, source)
     model = get_model(data["model"], f"{source}: model", base_dir=base_dir)  # config: paths are relative
+    gpu = get_gpu(data["hardware"], f"{source}: hardware")
+    # An engine release's scheduler defaults fill the knobs the policy leaves out (vLLM V1's budget
+    # and sequence cap by GPU: simbatch.engines), in the data itself, so reports show what ran.
+    data = {**data, "policy": with_engine_defaults(data["policy"], data.get("engine"), gpu.name, gpu.memory_bytes)}
     policy = parse_policy_spec(data["policy"], source, max_context=model.max_context)
     policies = data.get("policies") or {}
     if not isinstance(policies, dict):
@@ -371,7 +375,6 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise SimbatchError(f"{source}: seed", f"expected a non-negative integer, got {seed!r}")
     model = apply_quantization(model, data.get("quantization"), f"{source}: quantization")
-    gpu = get_gpu(data["hardware"], f"{source}: hardware")
     # checked against the policy it will drive
     slo = parse_params(SLOParams, data.get("slo"), f"{source}: slo")
     control = parse_control(data.get("control"), policy.kind, slo.as_dict(), f"{source}: control")

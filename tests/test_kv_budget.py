@@ -138,3 +138,23 @@ def test_validate_sets_the_engines_own_pool_beside_the_scenarios_where_the_bench
     assert implied["engine_tokens"] == 41_408 and implied["used_peak_pct"] > 99
     assert "the engine's own pool is 41,408 tokens" in implied["verdict"]
     assert entry["kv_implied_tokens"] > entry["kv_capacity_tokens"] and "preempted" in implied["verdict"]
+
+
+@pytest.mark.parametrize("hardware, preset, expected", [
+    ("rtx-4090", "vllm-0.19", (2048, 256)),   # under 70 GiB
+    ("h100-sxm", "vllm-0.19", (8192, 1024)),  # 70 GiB or more
+    ("a100-80gb", "vllm-0.19", (2048, 256)),  # A100s kept the small defaults from PR #17885 on
+    ("a100-80gb", "vllm-0.8", (8192, 1024)),  # 0.8.x gave every 70 GiB GPU the large ones
+])
+def test_a_v1_preset_fills_the_releases_scheduler_defaults_the_policy_leaves_out(hardware, preset, expected):
+    from simbatch.scenario import from_dict
+
+    base = {"workload": {"requests": [{"prompt": 10, "output": 3}]}, "model": "llama-3.1-8b",
+            "hardware": hardware, "engine": preset}
+    sc = from_dict({**base, "policy": {"kind": "chunked_prefill"}})
+    assert (sc.policy.params.max_num_batched_tokens, sc.policy.params.max_num_seqs) == expected
+    assert sc.data["policy"]["max_num_seqs"] == expected[1]  # in the data: reports show what ran
+    given = from_dict({**base, "policy": {"kind": "chunked_prefill", "chunk_size": 512, "max_num_seqs": 32}})
+    assert (given.policy.params.max_num_batched_tokens, given.policy.params.max_num_seqs) == (512, 32)
+    plain = from_dict({**base, "engine": "none", "policy": {"kind": "chunked_prefill"}})
+    assert plain.data["policy"] == {"kind": "chunked_prefill"}
