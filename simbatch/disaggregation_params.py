@@ -67,8 +67,8 @@ class PoolParams:
         require(self.pipeline_parallel is None or self.pipeline_parallel >= 1, "pipeline_parallel", "must be >= 1")
         require(self.micro_batches is None or self.micro_batches >= 0, "micro_batches",
                 "must be >= 0 (0: one per pipeline stage)")
-        require(self.pipeline_schedule in (None, "overlap", "drain"), "pipeline_schedule",
-                f"unknown schedule {self.pipeline_schedule!r}; allowed: overlap, drain")
+        require(self.pipeline_schedule in (None, "overlap", "drain", "round_robin"), "pipeline_schedule",
+                f"unknown schedule {self.pipeline_schedule!r}; allowed: overlap, drain, round_robin")
         require(self.policy is None or isinstance(self.policy, dict), "policy",
                 "must be a mapping, e.g. {kind: continuous, max_num_seqs: 64}")
         require(self.router is None or self.router in ROUTERS, "router",

@@ -3,7 +3,7 @@
 A step's batch is cut into ``m`` equal micro-batches that flow through the
 ``p`` stages one after another; stage ``s`` takes ``t_s`` per micro-batch (its
 layers' kernels, priced by the roofline for a model of that many layers, plus
-sending the activations to the next stage). Two schedules:
+sending the activations to the next stage). Three schedules:
 
 - ``drain`` (GPipe, Huang et al. 2019): every step fills and empties the
   pipeline, so it takes ``sum(t_s) + (m - 1) max(t_s)``. For equal stages
@@ -14,9 +14,17 @@ sending the activations to the next stage). Two schedules:
   state a step takes ``max(m max(t_s), sum(t_s))``: the slowest stage sets the
   pace (stage imbalance remains), and a step is never shorter than one
   micro-batch's trip through every stage.
+- ``round_robin`` (DistServe's decode instance): as ``overlap``, but each
+  micro-batch is an engine step of its own, and its CPU-side overhead (the
+  step's share of the engine's per-step, per-sequence and per-token time)
+  runs ahead of its kernels on the first stage, where the next micro-batch
+  cannot use the GPU meanwhile: ``t_0`` gains ``o = overhead(work / m)``, so a
+  step of equal stages takes ``m (t + o)``, the engine's fixed per-step time
+  ``m`` times over (see :func:`round_robin_stages` for the source).
 
 Each micro-batch re-reads its stage's weights, so in memory-bound decode more
-micro-batches cost more; the CPU-side overhead is paid once per step. Layers
+micro-batches cost more; under ``overlap`` and ``drain`` the CPU-side overhead
+is paid once per step, in series with the pipeline. Layers
 are split as vLLM's ``get_pp_indices`` does (vllm/distributed/utils.py): evenly,
 the remainder one each to the stages before the last, counting back from it
 (the last stage holds the LM head).
@@ -32,7 +40,7 @@ from simbatch.errors import SimbatchError
 from simbatch.hardware import GPUSpec
 from simbatch.models import ModelSpec
 
-SCHEDULES = ("overlap", "drain")
+SCHEDULES = ("overlap", "drain", "round_robin")
 
 
 def stage_layers(num_layers: int, stages: int) -> list[int]:
@@ -105,6 +113,8 @@ class PipelineCostModel(PricedByWork):
 
     def price(self, work: StepWork, kept: StepWork, live: int) -> StepCost:
         times = self.stage_seconds(work)
+        if self.schedule == "round_robin":
+            return self.round_robin_price(times, work, kept, live)
         m, slowest, trip = self.micro_batches, max(times), sum(times)
         span = trip + (m - 1) * slowest if self.schedule == "drain" else max(m * slowest, trip)
         busy = m * trip / self.stages  # the stages' mean busy time
@@ -113,8 +123,44 @@ class PipelineCostModel(PricedByWork):
         bd = {"stages": busy, "bubble": span - busy, "overhead": overhead}
         return StepCost(span + overhead, bd, flops / self.stages, nbytes / self.stages)
 
+    def round_robin_price(self, kernels: list[float], work: StepWork, kept: StepWork, live: int) -> StepCost:
+        """A step under ``round_robin`` from each stage's kernel seconds per micro-batch: each
+        micro-batch's engine step (:func:`round_robin_stages`) on the first stage, the
+        ``overlap`` span over those times. The breakdown's ``overhead`` is the part of the span
+        the stages' mean kernel time leaves, up to the engine steps' own seconds."""
+        m = self.micro_batches
+        per_step = self.whole.overhead(_scaled(work, 1.0 / m), live / m)  # one micro-batch's engine step
+        times = round_robin_stages(kernels, per_step)
+        span = max(m * max(times), sum(times))
+        busy = m * sum(kernels) / self.stages
+        overhead = min(m * per_step, span - busy)
+        flops, nbytes = self.whole.counts(kept)
+        bd = {"stages": busy, "bubble": span - busy - overhead, "overhead": overhead}
+        return StepCost(span, bd, flops / self.stages, nbytes / self.stages)
+
     def overhead(self, work: StepWork, live: int) -> float:
         return self.whole.overhead(work, live)
+
+
+def round_robin_stages(kernels: list[float], per_step: float) -> list[float]:
+    """Each stage's seconds per micro-batch under ``round_robin``: the first stage's kernels
+    follow the micro-batch's own engine step (``per_step`` seconds of CPU-side overhead).
+
+    DistServe's decode instance (LLMServe/DistServe@82831f1) keeps one batch per stage
+    (``distserve/decoding_stage_scheduler.py``, ``DecodingStageFCFSScheduler``: "#pp disjoint
+    batches", ``get_next_batch`` rotating ``cur_index``), and each ``_step`` of
+    ``distserve/single_stage_engine.py`` (``DecodingStageLLMEngine``) runs one of them: the
+    scheduler pass, block allocation, a Ray call to every worker of every stage, then the
+    returned tokens' detokenisation and callbacks, so a token of every request costs
+    ``pp`` engine steps. DistServe's own simulator prices it so: ``simdistserve/base/
+    worker.py`` ``do_decode`` adds its Ray overhead (``add_ray_overhead``) to the first
+    stage's time for every micro-batch, in series with its kernels, and
+    ``simdistserve/estimators/time_estimator.py`` ``get_decode_time`` divides the kernel
+    time by ``pp`` with no other pipeline term (``pp_const = 0``). The engine's per-step
+    time is simbatch's ``step_overhead_s`` (its per-sequence and per-token terms split with
+    the batch).
+    """
+    return [kernels[0] + per_step, *kernels[1:]]
 
 
 def _scaled(work: StepWork, f: float) -> StepWork:
