@@ -53,7 +53,10 @@ class ModelSpec:
     weights' and KV cache's, unquantised); ``weight_quant`` stores the linear
     layers' weights (attention, MLP and experts; not embeddings, norms or the
     LM head, which serving engines keep in 16 bits) as ``fp8``, ``int8`` or
-    ``int4``, and ``kv_quant: fp8`` the KV cache.
+    ``int4``, and ``kv_quant: fp8`` the KV cache. ``attention_16bit`` keeps the attention
+    projections (Q, K, V, O) in 16 bits while the other linear layers are quantised, as
+    checkpoints whose quantisation ``ignore`` list names ``self_attn`` do (RedHatAI's
+    Llama-4-Scout FP8-dynamic): their weights are stored, read and multiplied at the 16-bit rate.
 
     **Routing and expert layout** (mixtures of experts only): ``routing_skew`` is the Zipf
     exponent of the experts' popularity (0: uniform routing; :mod:`simbatch.costmodel.routing`);
@@ -90,6 +93,7 @@ class ModelSpec:
     v_head_dim: int = 0
     weight_quant: str = "none"
     kv_quant: str = "none"
+    attention_16bit: bool = False  # attention kept in 16 bits under weight_quant (see above)
     routing_skew: float = 0.0
     expert_parallel: bool = False
     expert_dispatch: str = "allreduce"
@@ -141,6 +145,14 @@ class ModelSpec:
     def weight_bytes_per_param(self) -> float:
         """Bytes a linear layer's weight takes (quantised or not)."""
         return QUANT_BYTES.get(self.weight_quant, self.dtype_bytes)
+
+    def attention_kept_bytes(self, tp: int = 1) -> float:
+        """Bytes per GPU, over all layers, that attention kept in 16 bits adds to the linear
+        layers' weights priced at :attr:`weight_bytes_per_param` (0 unless ``attention_16bit``
+        with quantised weights)."""
+        if not self.attention_16bit or self.weight_quant == "none":
+            return 0.0
+        return float(self.num_layers * self.attention_params(tp) * (self.dtype_bytes - self.weight_bytes_per_param))
 
     @property
     def kv_dtype_bytes(self) -> float:
@@ -217,7 +229,8 @@ class ModelSpec:
         """Bytes the weights occupy in the GPU memory of one replica (all its GPUs together).
         Under data-parallel attention a replica is one of ``attention_data_parallel`` ranks
         that share the routed experts: it holds everything else whole and its share of them."""
-        total = self.linear_params * self.weight_bytes_per_param + self._other_params * self.dtype_bytes
+        total = (self.linear_params * self.weight_bytes_per_param + self._other_params * self.dtype_bytes
+                 + self.attention_kept_bytes())
         if self.attention_data_parallel == 1 and not self.redundant_experts:
             return total
         routed = self.num_moe_layers * self.num_experts * self.expert_params() * self.weight_bytes_per_param
@@ -306,13 +319,22 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
                   shared_expert_intermediate_size=2048, num_dense_layers=3, kv_lora_rank=512,
                   q_lora_rank=1536, qk_rope_head_dim=64, v_head_dim=128,
                   weight_quant="fp8"),  # hf_configs/deepseek-v3.json
+        # Llama-4-Scout-17B-16E as RedHatAI's FP8-dynamic checkpoint serves it: its text model
+        # (the vision tower is not modelled), a mixture in every layer of 16 routed experts and
+        # one shared expert, all 8192 wide (intermediate_size 16384 is the unused dense width);
+        # FP8 weights and activations but the attention, which its recipe keeps in 16 bits.
+        ModelSpec(name="llama-4-scout-17b-16e-fp8", num_layers=48, hidden_size=5120, num_heads=40,
+                  num_kv_heads=8, head_dim=128, intermediate_size=16384, vocab_size=202048, gated_mlp=True,
+                  max_context=10485760, num_experts=16, experts_per_token=1, moe_intermediate_size=8192,
+                  shared_expert_intermediate_size=8192, weight_quant="fp8",
+                  attention_16bit=True),  # hf_configs/llama-4-scout-17b-16e-fp8.json
         # CPU-sized Llama-style shapes for the real (torch) backend.
         _llama("tiny", 4, 256, 4, 2, 688, 2048, 2048),
         _llama("small", 8, 768, 12, 4, 2048, 8192, 4096),
     )
 }
 
-_BOOL_FIELDS = {"gated_mlp", "tied_embeddings", "expert_parallel", "eplb"}
+_BOOL_FIELDS = {"gated_mlp", "tied_embeddings", "expert_parallel", "eplb", "attention_16bit"}
 # Fields that may be 0 (the feature is off).
 _ZERO_FIELDS = {"num_experts", "experts_per_token", "moe_intermediate_size", "shared_expert_intermediate_size",
                 "num_dense_layers", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim",

@@ -225,7 +225,8 @@ class RooflineCostModel(PricedByWork):
         # Weights every step reads whole: attention, dense MLPs, shared experts, routers.
         params = m.dense_layer_params(tp)
         self._lin_flops_tok = 2.0 * params
-        self._lin_weight_bytes = float(params * m.weight_bytes_per_param)
+        # Attention kept in 16 bits (attention_16bit) adds its bytes over the quantised format.
+        self._lin_weight_bytes = float(params * m.weight_bytes_per_param) + m.attention_kept_bytes(tp)
         # Activations each GEMM reads and writes, per token (see _activation_elements).
         self._lin_act_tok = float(dt * _activation_elements(m, tp))
         rate = linear_rate(m, g)
@@ -670,7 +671,27 @@ def quantized_kept_seconds(m: ModelSpec, gpu: GPUSpec, tp: int, p: dict) -> floa
     if speedup == 1.0:
         return 0.0
     kept = m.dtype_bytes * _memory_bound_elements(m, tp) / (gpu.hbm_bandwidth * p["bw_eff"])
-    return kept * (1.0 - 1.0 / speedup)
+    return (kept + _attention_16bit_seconds(m, gpu, tp, p)) * (1.0 - 1.0 / speedup)
+
+
+def _attention_16bit_seconds(m: ModelSpec, gpu: GPUSpec, tp: int, p: dict) -> float:
+    """Per token, the part of the attention projections' fitted 16-bit time that the faster
+    rate must not speed up when they stay in 16 bits (``attention_16bit``): all of it, less
+    their output rows, which :func:`quantized_kept_seconds` keeps already; 0 otherwise. The
+    GEMM ramp and tile padding stay at the faster rate (a few tokens' worth)."""
+    if not m.attention_16bit:
+        return 0.0
+    q, kv = _attention_widths(m, tp)
+    gemm = 2.0 * m.num_layers * m.attention_params(tp) / (gpu.peak_flops * p["compute_eff"])
+    outputs = m.dtype_bytes * m.num_layers * (q + 2 * kv + m.hidden_size) / (gpu.hbm_bandwidth * p["bw_eff"])
+    return gemm - outputs
+
+
+def _attention_widths(m: ModelSpec, tp: int) -> tuple[int, int]:
+    """Per GPU, the query width and one K / V width (MLA: its latent) of a layer."""
+    if m.is_mla:
+        return m.num_heads // tp * m.head_dim, m.kv_lora_rank + m.qk_rope_head_dim
+    return m.q_size // tp, max(1, m.num_kv_heads // tp) * m.head_dim
 
 
 def _memory_bound_elements(m: ModelSpec, tp: int) -> int:
@@ -680,10 +701,7 @@ def _memory_bound_elements(m: ModelSpec, tp: int) -> int:
     residual adds and RoPE plus the gated activation's inputs and output (the counts of
     ``whatif``'s ``misc_layer``)."""
     h = m.hidden_size
-    if m.is_mla:
-        q, kv = m.num_heads // tp * m.head_dim, m.kv_lora_rank + m.qk_rope_head_dim
-    else:
-        q, kv = m.q_size // tp, max(1, m.num_kv_heads // tp) * m.head_dim
+    q, kv = _attention_widths(m, tp)
 
     def mlp(width: int, part: int) -> int:  # up (and gate) out, down out; activation in and out
         w = width // part
