@@ -9,7 +9,8 @@ The family is picked by ``architectures[0]`` (or ``model_type`` when a config
 names no architecture); each family reads only the fields it needs and says
 which one is missing or malformed, in one line, rather than guessing. Fields
 that change nothing the cost model prices (dropout, RoPE scaling, token ids,
-norms' epsilon) are ignored.
+norms' epsilon) are ignored. An image-text model (Llama 4) is read from its
+``text_config``; its vision tower is not modelled (text is served without it).
 
 Nothing here is imported with the package: :mod:`simbatch.models` imports this
 module only when a model is read from a config (``config:`` or ``hf_config:``).
@@ -32,7 +33,7 @@ class _Family:
 
     gated_mlp: bool
     tied_default: bool
-    extras: str  # "", "mixtral", "qwen_moe", "deepseek" or "opt"
+    extras: str  # "", "mixtral", "qwen_moe", "deepseek", "llama4" or "opt"
 
 
 _LLAMA = _Family(gated_mlp=True, tied_default=False, extras="")
@@ -56,7 +57,15 @@ _FAMILIES: dict[str, _Family] = {
     "Gemma2ForCausalLM": _GEMMA,
     # OPT: fc1/fc2 with ReLU; OPTConfig ties the LM head to the embedding by default.
     "OPTForCausalLM": _Family(gated_mlp=False, tied_default=True, extras="opt"),
+    # Llama 4: the image-text model reads its text model from text_config (the vision tower
+    # and its projector are not modelled: text is served without them); Llama4ForCausalLM
+    # is the text model on its own. transformers' Llama4Config / Llama4TextConfig default
+    # tie_word_embeddings to false.
+    "Llama4ForConditionalGeneration": _Family(True, False, "llama4"),
+    "Llama4ForCausalLM": _Family(True, False, "llama4"),
 }
+# Architectures whose shapes sit in a sub-config: the key holding the text model's.
+_TEXT_CONFIG = {"Llama4ForConditionalGeneration": "text_config"}
 # For a config without ``architectures`` (some copies drop it): its model_type.
 _MODEL_TYPES = {
     "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "yi": "YiForCausalLM",
@@ -64,6 +73,7 @@ _MODEL_TYPES = {
     "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
     "deepseek_v2": "DeepseekV2ForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
     "gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM", "opt": "OPTForCausalLM",
+    "llama4": "Llama4ForConditionalGeneration", "llama4_text": "Llama4ForCausalLM",
 }
 # torch_dtype (``dtype`` in transformers 5) -> bytes per element of activations and KV.
 _DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "half": 2, "float32": 4, "float": 4}
@@ -74,7 +84,7 @@ _MISSING = object()
 # ModelSpec's fields that a family without the feature leaves at 0 (no experts, no MLA).
 _FEATURES_OFF = dict(num_experts=0, experts_per_token=0, moe_intermediate_size=0,
                      shared_expert_intermediate_size=0, num_dense_layers=0, kv_lora_rank=0, q_lora_rank=0,
-                     qk_rope_head_dim=0, v_head_dim=0, kv_quant="none")
+                     qk_rope_head_dim=0, v_head_dim=0, kv_quant="none", attention_16bit=False)
 
 
 def read_hf_config(path: Path, where: str) -> dict:
@@ -109,15 +119,16 @@ def spec_fields_from_hf(config: dict, name: str, where: str, *, weight_quant: st
                                    f"{type(config).__name__}")
     arch = _architecture(config, where)
     family = _FAMILIES[arch]
-    values = _common(config, where, arch)
+    text, at = _text_config(config, where, arch)
+    values = _common(text, at, arch)
     values.update(name=name, gated_mlp=family.gated_mlp,
                   tied_embeddings=_bool(config, "tie_word_embeddings", family.tied_default, where),
                   dtype_bytes=_dtype_bytes(config, where),
-                  weight_quant=weight_quant if weight_quant is not None else _weight_quant(config, where))
+                  **({"weight_quant": weight_quant} if weight_quant is not None else _quantization(config, where)))
     if family.extras != "deepseek":  # MLA's head width is its own (no-RoPE plus RoPE part)
-        values["head_dim"] = _head_dim(config, where, arch, values)
+        values["head_dim"] = _head_dim(text, at, arch, values)
     if family.extras:
-        values.update(_EXTRAS[family.extras](config, where, arch, values))
+        values.update(_EXTRAS[family.extras](text, at, arch, values))
     return {**_FEATURES_OFF, **values}
 
 
@@ -141,11 +152,33 @@ def _architecture(config: dict, where: str) -> str:
     return _MODEL_TYPES[model_type]
 
 
+def _text_config(config: dict, where: str, arch: str) -> tuple[dict, str]:
+    """The mapping holding the text model's shapes, and where it is: the config itself, or
+    its ``text_config`` for an image-text architecture (whose vision tower is left out)."""
+    key = _TEXT_CONFIG.get(arch)
+    if key is None:
+        return config, where
+    text = config.get(key)
+    if text is None:
+        raise SimbatchError(f"{where}.{key}", f"missing; needed for {arch} (its text model's shapes)")
+    if not isinstance(text, dict):
+        raise SimbatchError(f"{where}.{key}", f"expected a mapping (the text model's config), got "
+                                              f"{type(text).__name__}")
+    return text, f"{where}.{key}"
+
+
+# The config key of the dense MLP's width where it is not intermediate_size (Llama 4's names
+# its experts' width intermediate_size).
+_MLP_KEYS = {"OPTForCausalLM": "ffn_dim", "Llama4ForConditionalGeneration": "intermediate_size_mlp",
+             "Llama4ForCausalLM": "intermediate_size_mlp"}
+
+
 def _common(config: dict, where: str, arch: str) -> dict:
-    """The fields every family shares (OPT names its MLP width ``ffn_dim``)."""
+    """The fields every family shares (OPT names its MLP width ``ffn_dim``, Llama 4 its dense
+    layers' ``intermediate_size_mlp``)."""
     hidden = _int(config, "hidden_size", where, arch)
     heads = _int(config, "num_attention_heads", where, arch)
-    mlp_key = "ffn_dim" if arch == "OPTForCausalLM" else "intermediate_size"
+    mlp_key = _MLP_KEYS.get(arch, "intermediate_size")
     return dict(num_layers=_int(config, "num_hidden_layers", where, arch), hidden_size=hidden,
                 num_heads=heads, num_kv_heads=_int(config, "num_key_value_heads", where, arch, default=heads),
                 intermediate_size=_int(config, mlp_key, where, arch),
@@ -217,6 +250,35 @@ def _deepseek(config: dict, where: str, arch: str, values: dict) -> dict:
     return out
 
 
+def _llama4(config: dict, where: str, arch: str, values: dict) -> dict:
+    """Llama 4 (vLLM's Llama4MoE): a mixture of ``num_local_experts`` routed experts of
+    ``intermediate_size`` and one shared expert of the same width in the MoE layers; only a
+    mixture in every layer (Scout's ``interleave_moe_layer_step: 1``) is read.
+
+    Not modelled: the chunked local attention (iRoPE: three layers in four attend within
+    chunks of ``attention_chunk_size`` tokens, the fourth globally without RoPE) is priced
+    as full attention over the whole context, exact up to one chunk (8,192 tokens on
+    Scout), pessimistic past it; the router's sigmoid gate and QK norms are left out like
+    other routers' and norms' cost."""
+    experts = _int(config, "num_local_experts", where, arch)
+    if _int(config, "interleave_moe_layer_step", where, arch, default=1) != 1:
+        raise SimbatchError(f"{where}.interleave_moe_layer_step", "only 1 (a mixture of experts in every "
+                                                                 "layer, as in Scout) is supported")
+    layers = config.get("moe_layers")
+    if layers is not None and layers != list(range(values["num_layers"])):
+        raise SimbatchError(f"{where}.moe_layers", f"only every layer (0 to {values['num_layers'] - 1}) "
+                                                   f"is supported, got {_short(layers)}")
+    width = _int(config, "intermediate_size", where, arch)
+    return dict(num_experts=experts, experts_per_token=_int(config, "num_experts_per_tok", where, arch),
+                moe_intermediate_size=width, shared_expert_intermediate_size=width)
+
+
+def _short(value) -> str:
+    """A value's repr for a message, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _opt(config: dict, where: str, arch: str, values: dict) -> dict:
     """OPT: one head per KV head; an embedding narrower than the model (OPT-350m projects it
     in and out) has no place in ModelSpec, so it is refused rather than miscounted."""
@@ -227,7 +289,7 @@ def _opt(config: dict, where: str, arch: str, values: dict) -> dict:
     return {}
 
 
-_EXTRAS = {"mixtral": _mixtral, "qwen_moe": _qwen_moe, "deepseek": _deepseek, "opt": _opt}
+_EXTRAS = {"mixtral": _mixtral, "qwen_moe": _qwen_moe, "deepseek": _deepseek, "llama4": _llama4, "opt": _opt}
 
 
 def _int(config: dict, key: str, where: str, arch: str, default=_MISSING, zero_ok: bool = False):
@@ -266,14 +328,23 @@ def _dtype_bytes(config: dict, where: str) -> int:
     return _DTYPE_BYTES[value]
 
 
-def _weight_quant(config: dict, where: str) -> str:
-    """The weights' format from ``quantization_config``: fp8 checkpoints (DeepSeek-V3's
-    block-scaled e4m3) and 4- or 8-bit GPTQ / AWQ; "none" without one."""
+def _quantization(config: dict, where: str) -> dict:
+    """The spec's quantisation fields from ``quantization_config``: ``weight_quant`` (fp8
+    checkpoints: DeepSeek-V3's block-scaled e4m3 and compressed-tensors' FP8 schemes; 4- or
+    8-bit GPTQ / AWQ; "none" without one) and ``attention_16bit``."""
     quant = config.get("quantization_config")
     if quant is None:
-        return "none"
+        return {"weight_quant": "none"}
     if not isinstance(quant, dict):
-        raise SimbatchError(f"{where}.quantization_config", f"expected a mapping, got {quant!r}")
+        raise SimbatchError(f"{where}.quantization_config", f"expected a mapping, got {_short(quant)}")
+    if quant.get("quant_method") == "compressed-tensors":
+        return _compressed_tensors(quant, f"{where}.quantization_config")
+    return {"weight_quant": _weight_quant(quant, where)}
+
+
+def _weight_quant(quant: dict, where: str) -> str:
+    """The weights' format of a ``quantization_config`` of another method than
+    compressed-tensors: fp8, or 4- or 8-bit GPTQ / AWQ."""
     method = quant.get("quant_method")
     if method == "fp8":
         return "fp8"
@@ -290,3 +361,63 @@ def _weight_quant(config: dict, where: str) -> str:
                         f"{method!r} is not read; give the format in the scenario instead: weight_quant "
                         "(none, fp8, int8 or int4) in the model entry skips quantization_config, or delete "
                         "quantization_config from the file and use the quantization: section")
+
+
+# Refusals of a compressed-tensors config say how to go on without it.
+_CT_HINT = ("FP8 weights and activations (num_bits 8, type float) are read; or give weight_quant in the "
+            "model entry, which skips quantization_config")
+# Entries of a compressed-tensors ignore list simbatch keeps in 16 bits anyway, or does not model:
+# the LM head and embeddings, the routers (``router``; Qwen-MoE's ``mlp.gate``), the vision tower.
+_KEPT_16BIT = ("lm_head", "embed", "router", "vision", "multi_modal_projector")
+
+
+def _compressed_tensors(quant: dict, at: str) -> dict:
+    """llm-compressor's compressed-tensors format (``quant_method: compressed-tensors``): one
+    scheme (``config_groups``) of 8-bit float weights, per tensor, channel or block, with
+    8-bit float input activations, dynamic per token or static (W8A8: FP8 tensor cores), is
+    ``weight_quant: fp8``; the scales (one fp32 per channel or block) are left out. An
+    ``ignore`` entry naming ``self_attn`` keeps the attention projections in 16 bits.
+    ``kv_cache_scheme`` is not read (vLLM keeps the KV cache in 16 bits unless
+    ``--kv-cache-dtype`` says otherwise; the scenario's ``kv_quant`` does)."""
+    groups = quant.get("config_groups")
+    if not isinstance(groups, dict) or len(groups) != 1:
+        got = f"{len(groups)} groups" if isinstance(groups, dict) else _short(groups)
+        raise SimbatchError(f"{at}.config_groups", f"expected one quantisation scheme, got {got}; {_CT_HINT}")
+    (name, group), = groups.items()
+    if not isinstance(group, dict):
+        raise SimbatchError(f"{at}.config_groups.{name}", f"expected a mapping, got {_short(group)}")
+    for key in ("weights", "input_activations"):
+        _fp8_args(group.get(key), f"{at}.config_groups.{name}.{key}")
+    return {"weight_quant": "fp8", "attention_16bit": _attention_ignored(quant.get("ignore"), f"{at}.ignore")}
+
+
+def _fp8_args(args, at: str) -> None:
+    """Refuses quantisation arguments that are not 8-bit floats (missing input activations
+    are weight-only FP8, which vLLM runs as W8A16 kernels: not modelled)."""
+    if args is None:
+        raise SimbatchError(at, f"missing (weight-only FP8 is not modelled); {_CT_HINT}")
+    if not isinstance(args, dict):
+        raise SimbatchError(at, f"expected a mapping, got {_short(args)}")
+    for key, want in (("num_bits", 8), ("type", "float")):
+        if args.get(key) != want:
+            raise SimbatchError(f"{at}.{key}", f"{_short(args.get(key))} is not read; {_CT_HINT}")
+
+
+def _attention_ignored(ignore, at: str) -> bool:
+    """True when the ignore list keeps the text model's attention (``self_attn``) in 16 bits;
+    entries for what is 16-bit anyway or not modelled pass; any other layer kept in 16 bits
+    would be priced quantised, so it is refused."""
+    if ignore is None:
+        return False
+    if not isinstance(ignore, list) or not all(isinstance(e, str) for e in ignore):
+        raise SimbatchError(at, f"expected a list of module names or patterns, got {_short(ignore)}")
+    attention = False
+    for entry in ignore:
+        if any(m in entry for m in _KEPT_16BIT) or entry.rstrip("$").endswith(".gate"):
+            continue
+        if "self_attn" not in entry:
+            raise SimbatchError(at, f"{entry!r} keeps layers in 16 bits that would be priced quantised; "
+                                    "only the LM head, embeddings, routers, the vision tower and self_attn "
+                                    "are read (give weight_quant in the model entry to skip quantization_config)")
+        attention = True
+    return attention

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 import subprocess
 import sys
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,7 +27,7 @@ from simbatch.models import MODEL_PRESETS, get_model, spec_from_hf
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "simbatch" / "data" / "hf_configs"
 SHIPPED = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen2.5-7b", "qwen2.5-72b", "mixtral-8x7b",
-           "deepseek-v3", "yi-34b", "opt-66b", "qwen3-30b-a3b", "gemma-2-9b"]
+           "deepseek-v3", "yi-34b", "opt-66b", "qwen3-30b-a3b", "gemma-2-9b", "llama-4-scout-17b-16e-fp8"]
 
 # Meta-Llama-3.1-8B's config.json as published (shape fields and the rest), for the inline tests.
 LLAMA_8B = json.loads((CONFIGS / "llama-3.1-8b.json").read_text())
@@ -262,3 +264,163 @@ def test_the_configs_are_package_data():
     for path in CONFIGS.iterdir():
         relative = path.relative_to(ROOT / "simbatch").as_posix()
         assert any(fnmatch.fnmatch(relative, p) for p in patterns), relative
+
+
+# --- Llama 4 Scout (RedHatAI's FP8-dynamic checkpoint) ------------------------------------------
+
+SCOUT = "llama-4-scout-17b-16e-fp8"
+
+
+def _vision_tower_params() -> int:
+    """Llama-4-Scout's vision tower and projector (transformers' Llama4VisionModel and
+    Llama4MultiModalProjector) from the real vision_config (hidden 1408, 34 layers, MLP 5632,
+    image 336, patch 14, projector 4096, text hidden 5120), which the shipped file leaves out."""
+    h, mlp, layers, patches = 1408, 5632, 34, (336 // 14) ** 2
+    layer = 4 * (h * h + h) + (h * mlp + mlp) + (mlp * h + h) + 4 * h  # attention, fc1, fc2, 2 LayerNorms
+    stem = 3 * 14 * 14 * h + h + (patches + 1) * h + 4 * h  # patch linear, class token, positions, 2 norms
+    adapter = mlp * 4096 + 4096 * 4096  # the pixel-shuffle MLP: fc1 5632 -> 4096, fc2 4096 -> 4096
+    return stem + layers * layer + adapter + 4096 * 5120  # the projector onto the text model
+
+
+def test_llama4_scout_reads_its_text_model():
+    spec = spec_from_hf(read(SCOUT), SCOUT, "model")
+    assert (spec.num_layers, spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.head_dim) == \
+        (48, 5120, 40, 8, 128)
+    assert (spec.num_experts, spec.experts_per_token, spec.num_moe_layers, spec.num_dense_layers) == (16, 1, 48, 0)
+    # One shared expert as wide as a routed one (vLLM's Llama4MoE); 16384 is the (unused) dense width.
+    assert spec.moe_intermediate_size == spec.shared_expert_intermediate_size == 8192
+    assert spec.intermediate_size == 16384 and spec.vocab_size == 202048 and not spec.tied_embeddings
+    assert spec.kv_bytes_per_token == 48 * 2 * 8 * 128 * 2
+    assert spec.max_context == 10485760  # the Instruct model's 10M positions
+
+
+def test_llama4_scout_counts_against_published_totals():
+    # Meta's model card: 17B activated, 109B total (that total counts the vision tower too).
+    spec = get_model(SCOUT)
+    assert spec.num_params == 107_769_861_120  # the text model: 48 x 2.2 B of layers, 2.07 B of embeddings
+    assert spec.num_params + _vision_tower_params() == pytest.approx(109e9, rel=0.01)  # 108.64 B
+    # "17B" is rounded to the billion; simbatch's 17.17 B also counts the whole input embedding
+    # table (1.03 B, of which a token reads one row).
+    assert spec.active_params == pytest.approx(17e9, rel=0.02)
+
+
+def test_compressed_tensors_fp8_with_attention_kept_16bit():
+    spec = get_model({"config": f"{SCOUT}.json"}, base_dir=CONFIGS)
+    assert spec.weight_quant == "fp8" and spec.attention_16bit
+    # The attention projections stay at 2 bytes a weight: 48 x 62.9 M of them, one byte more each.
+    attention = 48 * (5120 * (5120 + 2 * 1024) + 5120 * 5120)
+    assert spec.attention_kept_bytes() == attention
+    assert spec.weight_bytes == replace(spec, attention_16bit=False).weight_bytes + attention
+    assert spec.attention_kept_bytes(4) == attention / 4
+    assert replace(spec, weight_quant="none").attention_kept_bytes() == 0.0  # 16-bit anyway
+    # Without self_attn in the ignore list every linear layer is FP8.
+    quant = read(SCOUT)["quantization_config"]
+    ignore = [e for e in quant["ignore"] if "self_attn" not in e]
+    fp8 = spec_from_hf({**read(SCOUT), "quantization_config": {**quant, "ignore": ignore}}, "s", "m")
+    assert fp8.weight_quant == "fp8" and not fp8.attention_16bit
+    # Module names spelled out, as the Hub file lists them, read the same as the patterns.
+    names = ["language_model.lm_head", "language_model.model.layers.0.self_attn.q_proj",
+             "language_model.model.layers.0.feed_forward.router", "vision_model.patch_embedding.linear",
+             "multi_modal_projector.linear_1"]
+    spelled = spec_from_hf({**read(SCOUT), "quantization_config": {**quant, "ignore": names}}, "s", "m")
+    assert spelled.attention_16bit
+    # A format in the model entry skips quantization_config, and the 16-bit attention with it.
+    assert not get_model({"config": f"{SCOUT}.json", "weight_quant": "fp8"}, base_dir=CONFIGS).attention_16bit
+
+
+def _with_group(change: dict, path: tuple = ()) -> dict:
+    """The Scout config with its one scheme's ``path`` (a key chain under group_0) updated."""
+    config = json.loads(json.dumps(read(SCOUT)))
+    target = config["quantization_config"]["config_groups"]["group_0"]
+    for key in path:
+        target = target[key]
+    target.update(change)
+    return config
+
+
+@pytest.mark.parametrize("config,field,fragment", [
+    (_with_group({"type": "int"}, ("weights",)), "config_groups.group_0.weights.type", "'int' is not read"),
+    (_with_group({"num_bits": 4}, ("weights",)), "config_groups.group_0.weights.num_bits", "4 is not read"),
+    (_with_group({"input_activations": None}), "config_groups.group_0.input_activations",
+     r"missing \(weight-only FP8 is not modelled\)"),
+    (_with_group({"weights": [8]}), "config_groups.group_0.weights", "expected a mapping, got \\[8\\]"),
+])
+def test_other_compressed_tensors_schemes_are_refused(config, field, fragment):
+    with pytest.raises(SimbatchError, match=rf"^model\.hf_config\.quantization_config\.{field}: {fragment}") as info:
+        get_model({"hf_config": config})
+    assert "\n" not in str(info.value)
+
+
+def test_compressed_tensors_groups_and_ignore_lists_outside_the_model_are_refused():
+    config = read(SCOUT)
+    quant = config["quantization_config"]
+    two = {**quant, "config_groups": {"a": quant["config_groups"]["group_0"], "b": {}}}
+    with pytest.raises(SimbatchError, match=r"^m\.quantization_config\.config_groups: expected one "
+                                            r"quantisation scheme, got 2 groups"):
+        spec_from_hf({**config, "quantization_config": two}, "s", "m")
+    shared = {**quant, "ignore": quant["ignore"] + ["re:.*shared_expert"]}
+    with pytest.raises(SimbatchError, match=r"^m\.quantization_config\.ignore: 're:\.\*shared_expert' keeps "
+                                            r"layers in 16 bits that would be priced quantised"):
+        spec_from_hf({**config, "quantization_config": shared}, "s", "m")
+    with pytest.raises(SimbatchError, match=r"^m\.quantization_config\.ignore: expected a list"):
+        spec_from_hf({**config, "quantization_config": {**quant, "ignore": "lm_head"}}, "s", "m")
+
+
+@pytest.mark.parametrize("edit,field,fragment", [
+    (lambda c: c.pop("text_config"), "text_config",
+     "missing; needed for Llama4ForConditionalGeneration \\(its text model's shapes\\)"),
+    (lambda c: c.update(text_config=[5120, 48]), "text_config",
+     "expected a mapping \\(the text model's config\\), got list"),
+    (lambda c: c["text_config"].update(num_local_experts=[16]), "text_config.num_local_experts",
+     "expected a positive integer, got \\[16\\]"),
+    (lambda c: c["text_config"].update(hidden_size=[5120]), "text_config.hidden_size",
+     "expected a positive integer, got \\[5120\\]"),
+    (lambda c: c["text_config"].pop("intermediate_size_mlp"), "text_config.intermediate_size_mlp",
+     "missing; needed for Llama4ForConditionalGeneration"),
+    (lambda c: c["text_config"].update(interleave_moe_layer_step=2), "text_config.interleave_moe_layer_step",
+     "only 1 \\(a mixture of experts in every layer, as in Scout\\) is supported"),
+    (lambda c: c["text_config"].update(moe_layers=[1, 3, 5]), "text_config.moe_layers",
+     "only every layer \\(0 to 47\\) is supported, got \\[1, 3, 5\\]"),
+])
+def test_hostile_llama4_copies_name_the_file_and_field(tmp_path, edit, field, fragment):
+    config = json.loads(json.dumps(read(SCOUT)))
+    edit(config)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(SimbatchError) as info:
+        get_model({"config": str(path)})
+    message = str(info.value)
+    assert re.match(rf"^model\.config\.{re.escape(field)}: {fragment} \(in {re.escape(str(path))}\)$", message), \
+        message
+    assert "\n" not in message
+
+
+def test_llama4_every_layer_listed_and_model_type_read():
+    config = read(SCOUT)
+    every = {**config, "text_config": {**config["text_config"], "moe_layers": list(range(48))}}
+    assert spec_from_hf(every, SCOUT, "m") == MODEL_PRESETS[SCOUT]
+    no_arch = {k: v for k, v in config.items() if k != "architectures"}
+    assert spec_from_hf(no_arch, SCOUT, "m") == MODEL_PRESETS[SCOUT]  # model_type llama4
+    # The text model on its own (Llama4ForCausalLM, model_type llama4_text): its fields at the top.
+    text = {**config["text_config"], "architectures": ["Llama4ForCausalLM"],
+            "quantization_config": config["quantization_config"]}
+    assert spec_from_hf(text, SCOUT, "m") == MODEL_PRESETS[SCOUT]
+
+
+def test_attention_16bit_prices_the_attention_at_16_bits():
+    from simbatch.costmodel.roofline import RooflineCostModel
+    from simbatch.plan import StepPlan
+
+    spec = get_model(SCOUT)
+    kept, quantised = (RooflineCostModel(s, "h100-sxm", 4) for s in (spec, replace(spec, attention_16bit=False)))
+    assert kept._lin_weight_bytes - quantised._lin_weight_bytes == spec.attention_kept_bytes(4)
+    prompt = StepPlan(request_ids=[0], num_new_tokens=[4096], num_context_tokens=[0], num_decode_slots=0)
+    decode = StepPlan(request_ids=list(range(8)), num_new_tokens=[1] * 8, num_context_tokens=[1000] * 8,
+                      num_decode_slots=8)
+    for plan in (prompt, decode):
+        assert kept.step_cost(plan).seconds > quantised.step_cost(plan).seconds
+    # A 16-bit model is unchanged by the flag (bit for bit).
+    dense = get_model("llama-3.1-8b")
+    assert RooflineCostModel(replace(dense, attention_16bit=True), "h100-sxm", 1).step_cost(prompt).seconds == \
+        RooflineCostModel(dense, "h100-sxm", 1).step_cost(prompt).seconds
+
