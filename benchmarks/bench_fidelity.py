@@ -52,7 +52,12 @@ MEASURED = SHARED / "distserve-opt13b-a100"
 # system -> (scenario, logs under SHARED, which logs the preset's terms were fitted on)
 SYSTEMS = {
     "vllm": ("vllm_opt13b_a100.yaml", "distserve-opt13b-a100/vllm-*.exp", lambda rate: rate <= 2.0),
-    "distserve": ("distserve_opt13b_a100.yaml", "distserve-opt13b-a100/distserve-*.exp", lambda rate: rate <= 4.5),
+    "distserve": ("distserve_opt13b_a100.yaml", "distserve-opt13b-a100/distserve-c21d11-*.exp",
+                  lambda rate: rate <= 4.5),
+    # prefill TP2 + decode TP1 x PP2: DistServe's round-robin micro-batches (docs/cost_models.md,
+    # "Pipeline parallelism"); the distserve preset as fitted on c21d11, nothing refitted
+    "distserve-c21d12": ("distserve_opt13b_a100_c21d12.yaml", "distserve-opt13b-a100/distserve-c21d12-*.exp",
+                         lambda rate: False),
     # vLLM V1 0.8.5 (llm-d, 2025-05): no overhead terms fitted yet (the cost model's own apply).
     "vllm-v1": ("vllm_llama70b_a100_tp2.yaml", "llmd-vllm-2025/exp-0-*/*.csv", lambda rate: False),
     "vllm-0.19": ("vllm019_llama8b_rtx4090.yaml", "llmservingsim-vllm0.19/*/*/vllm/requests.jsonl",

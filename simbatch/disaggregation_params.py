@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from simbatch.policies.routers import ROUTERS
+from simbatch.costmodel.pipeline import SCHEDULES
 from simbatch.errors import SimbatchError
 from simbatch.links import Link, get_link
 from simbatch.models import EXPERT_DISPATCHES
@@ -67,8 +68,8 @@ class PoolParams:
         require(self.pipeline_parallel is None or self.pipeline_parallel >= 1, "pipeline_parallel", "must be >= 1")
         require(self.micro_batches is None or self.micro_batches >= 0, "micro_batches",
                 "must be >= 0 (0: one per pipeline stage)")
-        require(self.pipeline_schedule in (None, "overlap", "drain", "round_robin"), "pipeline_schedule",
-                f"unknown schedule {self.pipeline_schedule!r}; allowed: overlap, drain, round_robin")
+        require(self.pipeline_schedule in (None, *SCHEDULES), "pipeline_schedule",
+                f"unknown schedule {self.pipeline_schedule!r}; allowed: {', '.join(SCHEDULES)}")
         require(self.policy is None or isinstance(self.policy, dict), "policy",
                 "must be a mapping, e.g. {kind: continuous, max_num_seqs: 64}")
         require(self.router is None or self.router in ROUTERS, "router",

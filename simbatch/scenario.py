@@ -19,6 +19,7 @@ from simbatch.disaggregation_params import DisaggregationParams, parse_disaggreg
 from simbatch.policies.routers import ROUTERS
 from simbatch.engines import EngineParams, parse_engine, with_engine_defaults
 from simbatch.dotted import set_dotted  # noqa: F401  (re-exported: --set, sweep grids)
+from simbatch.costmodel.pipeline import SCHEDULES
 from simbatch.errors import SimbatchError
 from simbatch.hardware import GPUSpec, get_gpu
 from simbatch.models import EXPERT_DISPATCHES, ModelSpec, get_model
@@ -111,8 +112,8 @@ class ClusterParams:
         require(self.tensor_parallel >= 1, "tensor_parallel", "must be >= 1")
         require(self.pipeline_parallel >= 1, "pipeline_parallel", "must be >= 1")
         require(self.micro_batches >= 0, "micro_batches", "must be >= 0 (0: one per pipeline stage)")
-        require(self.pipeline_schedule in ("overlap", "drain"), "pipeline_schedule",
-                f"unknown schedule {self.pipeline_schedule!r}; allowed: overlap, drain")
+        require(self.pipeline_schedule in SCHEDULES, "pipeline_schedule",
+                f"unknown schedule {self.pipeline_schedule!r}; allowed: {', '.join(SCHEDULES)}")
         require(self.expert_dispatch in EXPERT_DISPATCHES, "expert_dispatch",
                 f"unknown dispatch {self.expert_dispatch!r}; allowed: {', '.join(EXPERT_DISPATCHES)}")
         allowed = ", ".join(ROUTERS)
@@ -228,6 +229,9 @@ class Scenario:
     engine: EngineParams = field(default_factory=EngineParams)  # the serving engine's overhead and memory
     speculative: SpeculativeParams | None = None  # None: no speculative decoding
     drafter: ModelSpec | None = None  # the model whose passes propose drafts (None: none, or n-gram)
+    # Where the top-level policy's knobs came from (:func:`policy_knobs`): "policy",
+    # "policies.<kind>" or "defaults", plus any "--set policy.<knob>"; printed by `simbatch run`.
+    policy_source: str = field(default="policy", compare=False)
 
     def build_workload(self, seed: int | None = None) -> Workload:
         """The scenario's requests (``seed``: the scenario's unless given)."""
@@ -259,13 +263,11 @@ class Scenario:
         return f"{self.source}: {field_path}"
 
     def with_policy(self, kind: str) -> "Scenario":
-        """The same scenario under policy ``kind`` (params from ``policies.<kind>``, the
-        current policy's when it is already ``kind``, else the defaults)."""
+        """The same scenario under policy ``kind``, its knobs chosen by :func:`policy_knobs`
+        (``policies.<kind>``, the current policy's when it is already ``kind``, else the defaults)."""
         data = copy.deepcopy(self.data)
         old = data["policy"].get("kind")
-        params = (data.get("policies") or {}).get(kind)
-        if params is None:
-            params = data["policy"] if old == kind else {}
+        params, origin = policy_knobs(data, kind)
         data["policy"] = {**params, "kind": kind}
         groups = (data.get("cluster") or {}).get("replicas")
         for group in groups if isinstance(groups, list) else []:
@@ -282,7 +284,7 @@ class Scenario:
             if isinstance(pool, dict) and isinstance(pool.get("policy"), dict) \
                     and pool["policy"].get("kind", old) != kind:
                 del pool["policy"]
-        return from_dict(data, self.source, self.base_dir)
+        return replace(from_dict(data, self.source, self.base_dir), policy_source=origin)
 
     def with_router(self, router: str) -> "Scenario":
         """The same scenario with ``cluster.router`` set to ``router``."""
@@ -321,8 +323,33 @@ def parse_value(text: str):
         return text
 
 
+def policy_knobs(data: dict, kind) -> tuple[dict, str]:
+    """The knobs policy ``kind`` runs with in scenario ``data``, and where they come from.
+
+    The one rule for every change of policy kind (``compare``'s rows, ``--set policy.kind``,
+    sweep grids, capacity candidates): the scenario's ``policies.<kind>`` section, else the
+    current ``policy`` when it is already ``kind``, else none (the kind's defaults). Returns
+    ``(knobs without kind, "policies.<kind>" | "policy" | "defaults")``.
+    """
+    policies = data.get("policies")
+    own = policies.get(kind) if isinstance(policies, dict) and isinstance(kind, str) else None
+    if isinstance(own, dict):
+        return dict(own), f"policies.{kind}"
+    current = data.get("policy")
+    if isinstance(current, dict) and current.get("kind") == kind:
+        return {k: v for k, v in current.items() if k != "kind"}, "policy"
+    return {}, "defaults"
+
+
 def apply_overrides(data: dict, overrides: list[str], source: str = "--set") -> dict:
-    """Apply ``key.path=value`` overrides. Changing ``policy.kind`` drops the old policy's parameters."""
+    """Apply ``key.path=value`` overrides. A new ``policy.kind`` takes its knobs by
+    :func:`policy_knobs` (``policies.<kind>``, else the defaults), never the old policy's."""
+    return override(data, overrides)[0]
+
+
+def override(data: dict, overrides: list[str]) -> tuple[dict, str]:
+    """:func:`apply_overrides`, and where the top-level policy's knobs then come from
+    (:attr:`Scenario.policy_source`: ``"policies.chunked_prefill, --set policy.chunk_size"``)."""
     data = copy.deepcopy(data)
     pairs = []
     for item in overrides:
@@ -330,11 +357,17 @@ def apply_overrides(data: dict, overrides: list[str], source: str = "--set") -> 
         if not sep or not key.strip():
             raise SimbatchError(f"--set {item}", "expected KEY=VALUE, e.g. policy.kind=static")
         pairs.append((key.strip(), parse_value(value)))
+    origin, extra = "policy", []
     for key, value in sorted(pairs, key=lambda kv: kv[0] != "policy.kind"):
-        if key == "policy.kind" and (data.get("policy") or {}).get("kind") != value:
-            data["policy"] = {}
+        current = data.get("policy")
+        if key == "policy.kind" and not (isinstance(current, dict) and current.get("kind") == value):
+            data["policy"], origin = policy_knobs(data, value)
+        elif key == "policy":
+            origin, extra = "--set policy", []
+        elif key.startswith("policy.") and key != "policy.kind":
+            extra.append(f"--set {key}")
         set_dotted(data, key, value, f"--set {key}")
-    return data
+    return data, ", ".join([origin, *extra])
 
 
 def read_yaml(path: Path) -> dict:
@@ -518,11 +551,14 @@ def check_name(data: dict, source: str) -> None:
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
     """Read, override and check the scenario at ``path`` (or a bundled one by name, e.g. ``"chat"``)."""
-    from simbatch.bundled import resolve_scenario_path
+    from simbatch.bundled import resolve_scenario_path, unknown_name
 
+    cause = unknown_name(path)
+    if cause is not None:
+        raise SimbatchError(str(path), cause)
     path = resolve_scenario_path(path)
-    data = apply_overrides(read_yaml(path), overrides or [])
-    return from_dict(data, str(path), path.resolve().parent)
+    data, origin = override(read_yaml(path), overrides or [])
+    return replace(from_dict(data, str(path), path.resolve().parent), policy_source=origin)
 
 
 def field_lines(path: Path) -> dict[str, int]:
