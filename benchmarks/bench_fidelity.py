@@ -36,7 +36,7 @@ first shared log of that server whose TTFT p90 passes 2 s, where one does.
 ``--refit`` fits the terms again here (simbatch calibrate --from-log) instead of
 taking the preset's. Not a test: it asserts nothing.
 
-    python benchmarks/bench_fidelity.py [--refit] [--system vllm|distserve|vllm-v1|vllm-0.19] [--no-knee]
+    python benchmarks/bench_fidelity.py [--refit] [--system NAME]... (vllm, distserve, distserve-c21d12, vllm-v1-70b, vllm-v1-scout, vllm-0.19) [--no-knee]
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ SYSTEMS = {
     "distserve-c21d12": ("distserve_opt13b_a100_c21d12.yaml", "distserve-opt13b-a100/distserve-c21d12-*.exp",
                          lambda rate: False),
     # vLLM V1 0.8.5 (llm-d, 2025-05): no overhead terms fitted yet (the cost model's own apply).
-    "vllm-v1": ("vllm_llama70b_a100_tp2.yaml", "llmd-vllm-2025/exp-0-*/*.csv", lambda rate: False),
+    "vllm-v1-70b": ("vllm_llama70b_a100_tp2.yaml", "llmd-vllm-2025/exp-0-*/*.csv", lambda rate: False),
+    "vllm-v1-scout": ("vllm_llama4scout_fp8_h100_tp4.yaml", "llmd-vllm-2025/exp-4-*/*.csv", lambda rate: False),
     "vllm-0.19": ("vllm019_llama8b_rtx4090.yaml", "llmservingsim-vllm0.19/*/*/vllm/requests.jsonl",
                   lambda rate: False),
 }
