@@ -73,3 +73,43 @@ def _exists(path: Path) -> bool:
         return path.exists()
     except OSError:
         return False
+
+
+def bundled_names() -> list[str]:
+    """The names of this installation's bundled scenarios, sorted (empty: none found)."""
+    folder = bundled_dir()
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder is not None else []
+
+
+def describe_bundled() -> list[tuple[str, str]]:
+    """``(name, one-line description)`` of each bundled scenario (its ``description:`` field)."""
+    from simbatch.yamlio import load_yaml
+
+    folder = bundled_dir()
+    rows = []
+    for name in bundled_names():
+        data = load_yaml(folder / f"{name}.yaml", "scenario file")
+        rows.append((name, str(data.get("description", "")) if isinstance(data, dict) else ""))
+    return rows
+
+
+def unknown_name(arg: str | Path) -> str | None:
+    """Why ``arg`` names no scenario, when it looks like a bundled name (no folder, no
+    ``.yaml``) and no file of that name exists: the closest bundled name, if any, and where
+    the list is (``simbatch list``). None otherwise: the loader reports any other path."""
+    import difflib
+
+    text = str(arg)
+    if not text or "/" in text or "\\" in text or Path(text).suffix in (".yaml", ".yml"):
+        return None
+    try:
+        if Path(text).exists():
+            return None
+    except OSError:  # a name the filesystem refuses is still not a bundled one
+        pass
+    names = bundled_names()
+    if text in names:
+        return None
+    close = difflib.get_close_matches(text, names, n=1, cutoff=0.6)
+    guess = f"; did you mean {close[0]!r}?" if close else ""
+    return f"no scenario file or bundled scenario of that name{guess} (`simbatch list` shows the bundled ones)"

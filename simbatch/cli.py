@@ -16,7 +16,10 @@ from simbatch.errors import SimbatchError
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser, one subparser per command module."""
+    from simbatch.version import __version__
+
     p = argparse.ArgumentParser(prog="simbatch", description="Simulate LLM-inference batching policies.")
+    p.add_argument("--version", action="version", version=f"simbatch {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     for module in COMMANDS:
         module.add_arguments(sub.add_parser(module.NAME, help=module.HELP))

@@ -3,6 +3,6 @@
 Adding a command means writing its module and listing it in :data:`COMMANDS`.
 """
 
-from simbatch.commands import calibrate, capacity, compare, report, run, sweep, validate
+from simbatch.commands import calibrate, capacity, compare, listing, report, run, sweep, validate
 
-COMMANDS = [run, compare, report, sweep, capacity, calibrate, validate]
+COMMANDS = [run, compare, report, sweep, capacity, calibrate, validate, listing]

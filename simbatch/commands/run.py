@@ -35,6 +35,7 @@ def run(args) -> None:
 
     print_notes(out.messages)
     print(format_summary(out.summary, title=f"{scenario.name}: {out.summary['policy']['kind']}"))
+    print(policy_line(scenario))
     print("\n".join(budget_lines(out.result.groups)))
     if args.out:
         written = out.write(args.out, args.format)
@@ -47,6 +48,18 @@ def run(args) -> None:
         print(f"wrote {path} (open in https://ui.perfetto.dev)")
     if args.check_fast_path:
         check_fast_path(scenario)
+
+
+def policy_line(scenario) -> str:
+    """The knobs the run's policy was given and where they came from, e.g. ``policy:
+    chunked_prefill (max_num_seqs 256, chunk_size 512) from policies.chunked_prefill``
+    (:func:`simbatch.scenario.policy_knobs`; knobs not shown are at the kind's defaults)."""
+    kind = scenario.policy.kind
+    knobs = ", ".join(f"{k} {v}" for k, v in scenario.data["policy"].items() if k != "kind")
+    source = scenario.policy_source
+    if source.startswith("defaults"):
+        source = f"the kind's defaults (the scenario has no policies.{kind}){source[len('defaults'):]}"
+    return f"policy: {kind} ({knobs or 'every knob at its default'}) from {source}"
 
 
 def budget_lines(groups) -> list[str]:

@@ -216,11 +216,12 @@ def _empirical_values(spec: dict, where: str, base_dir: Path):
 
 def _trace_column(spec: dict, where: str, base_dir: Path) -> np.ndarray:
     from simbatch.workload.readers import read_trace  # late: readers is the heavier module
+    from simbatch.workload.tracepath import trace_path
 
     column = spec.get("column")
     if column not in ("prompt", "output"):
         raise SimbatchError(f"{where}.column", f"expected 'prompt' or 'output', got {column!r}")
-    path = base_dir / str(spec["trace"])
+    path = trace_path(base_dir, str(spec["trace"]), where)
     w = read_trace(path, spec.get("format"), spec.get("columns"), where)
     return w.prompt_tokens if column == "prompt" else w.output_tokens
 
