@@ -64,3 +64,22 @@ def test_a_clone_reads_its_own_scenarios(installed, tmp_path):
                                "print(r('prefix_cache'))"], cwd=clone, capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": str(installed)})
     assert scenario.stdout.strip() == str(clone / "scenarios" / "prefix_cache.yaml"), scenario.stderr
+
+
+def test_a_bundled_trace_scenario_says_where_its_trace_goes(installed, tmp_path):
+    """Outside a clone, azure_conv's ../../shared trace path lies inside site-packages: the
+    one-line error says the trace is not shipped and how to point at it (issue 33)."""
+    out = simbatch(installed, tmp_path, "run", "azure_conv", "--out", "o")
+    err = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(err) == 1, out.stderr
+    assert err[0].startswith(f"simbatch: error: {installed / 'simbatch' / 'scenarios' / 'azure_conv.yaml'}:8: "
+                             f"workload.trace: AzureLLMInferenceTrace_conv.csv is not in this installation")
+    assert "--set workload.trace=/path/to/AzureLLMInferenceTrace_conv.csv" in err[0]
+    assert "shared/traces/AzureLLMInferenceTrace_conv.csv" not in err[0] and not (tmp_path / "o").exists()
+
+
+def test_list_names_the_wheels_scenarios(installed, tmp_path):
+    out = simbatch(installed, tmp_path, "list")
+    assert out.returncode == 0, out.stderr
+    assert [line.split()[0] for line in out.stdout.splitlines()[:-1]] == \
+        sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))

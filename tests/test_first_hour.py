@@ -1,0 +1,141 @@
+"""The first hour with simbatch (issue 33, section 3): what a new user meets in their first
+commands does not surprise them. Each test replays the reported case."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simbatch.api import run
+from simbatch.cli import main
+from simbatch.errors import SimbatchError
+from simbatch.scenario import load_scenario
+from simbatch.version import __version__
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = "workload.synthetic.num_requests=300"
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+# --- run --set policy.kind takes the knobs compare uses ------------------------------------
+
+def test_set_policy_kind_takes_the_knobs_compare_uses():
+    """`run chat --set policy.kind=chunked_prefill` printed TTFT p99 422 ms where compare's row
+    said 542: the switch dropped policies.chunked_prefill (chunk_size 512) for the defaults."""
+    by_set = load_scenario("chat", [SMALL, "policy.kind=chunked_prefill"])
+    by_compare = load_scenario("chat", [SMALL]).with_policy("chunked_prefill")
+    assert by_set.data["policy"] == by_compare.data["policy"] == {
+        "max_num_seqs": 256, "chunk_size": 512, "kind": "chunked_prefill"}
+    assert run(by_set).summary["ttft_ms"] == run(by_compare).summary["ttft_ms"]
+
+
+def test_a_knob_set_after_the_kind_still_wins():
+    s = load_scenario("chat", ["policy.chunk_size=256", "policy.kind=chunked_prefill"])
+    assert s.data["policy"]["chunk_size"] == 256 and s.data["policy"]["max_num_seqs"] == 256
+    assert s.policy_source == "policies.chunked_prefill, --set policy.chunk_size"
+
+
+def test_a_kind_without_a_policies_section_starts_from_its_defaults(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text((ROOT / "scenarios" / "chat.yaml").read_text().replace(
+        "  chunked_prefill: {max_num_seqs: 256, chunk_size: 512}\n", ""))
+    s = load_scenario(path, ["policy.kind=chunked_prefill"])
+    assert s.data["policy"] == {"kind": "chunked_prefill"} and s.policy_source == "defaults"
+
+
+def test_run_prints_the_knobs_it_used(capsys):
+    assert main(["run", "chat", "--set", SMALL, "--set", "policy.kind=chunked_prefill"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "policy: chunked_prefill (max_num_seqs 256, chunk_size 512) from policies.chunked_prefill" in out
+    assert main(["run", "chat", "--set", SMALL]) == 0
+    assert "policy: continuous (max_num_seqs 256, max_num_batched_tokens 8192) from policy" in \
+        capsys.readouterr().out.splitlines()
+
+
+# --- --version, list, did you mean ---------------------------------------------------------
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"simbatch {__version__}"
+
+
+def test_list_shows_every_bundled_scenario_with_its_description(capsys):
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    names = sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))
+    assert [line.split()[0] for line in lines[:-1]] == names
+    assert any(line.startswith("chat ") and "Synthetic chat traffic fitted to the Azure" in line for line in lines)
+    assert lines[-1].startswith(f"({len(names)} scenarios in ")
+
+
+@pytest.mark.parametrize("typed, meant", [("chta", "chat"), ("classrom", "classroom"), ("azure-conv", "azure_conv")])
+def test_a_mistyped_bundled_name_gets_a_suggestion(capsys, tmp_path, typed, meant):
+    assert main(["run", typed, "--out", str(tmp_path / "o")]) == 2
+    err = one_error_line(capsys)
+    assert err == (f"simbatch: error: {typed}: no scenario file or bundled scenario of that name; "
+                   f"did you mean {meant!r}? (`simbatch list` shows the bundled ones)")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_name_like_no_other_points_at_the_list(capsys):
+    assert main(["run", "xyzzy"]) == 2
+    assert one_error_line(capsys).endswith("xyzzy: no scenario file or bundled scenario of that name "
+                                           "(`simbatch list` shows the bundled ones)")
+
+
+def test_a_missing_yaml_path_is_still_not_found():
+    with pytest.raises(SimbatchError, match="scenario file not found"):
+        load_scenario("no/such/chta")
+
+
+# --- a missing trace -----------------------------------------------------------------------
+
+def trace_scenario(folder: Path, trace: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "azure_conv.yaml"
+    text = (ROOT / "scenarios" / "azure_conv.yaml").read_text()
+    path.write_text(text.replace("../../shared/traces/AzureLLMInferenceTrace_conv.csv", trace))
+    return path
+
+
+def test_a_missing_trace_names_the_scenario_file_line_and_field(tmp_path, capsys):
+    path = trace_scenario(tmp_path / "s", "nope.csv")
+    assert main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert one_error_line(capsys) == (
+        f"simbatch: error: {path}:8: workload.trace: trace file not found: {tmp_path / 's' / 'nope.csv'} "
+        f"(the path is relative to the scenario's folder); put the file there, or point at it with "
+        f"--set workload.trace=/path/to/nope.csv")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_missing_empirical_trace_names_its_field(tmp_path, capsys):
+    assert main(["run", "chat", "--set", "workload.synthetic.prompt={kind: empirical, trace: x.csv, "
+                                         "column: prompt}"]) == 2
+    err = one_error_line(capsys)
+    assert "workload.synthetic.prompt.trace (from --set workload.synthetic.prompt): trace file not found: " in err
+    assert err.endswith("--set workload.synthetic.prompt.trace=/path/to/x.csv")
+
+
+def test_a_bundled_trace_scenario_inside_an_installed_package(tmp_path, monkeypatch):
+    """After a plain `pip install .` the bundled scenarios sit in site-packages, where
+    ../../shared/traces means nothing: say the trace is not shipped, and how to give it."""
+    import simbatch.bundled as bundled
+
+    packaged = tmp_path / "site" / "simbatch" / "scenarios"
+    path = trace_scenario(packaged, "../../shared/traces/AzureLLMInferenceTrace_conv.csv")
+    monkeypatch.setattr(bundled, "PACKAGED_SCENARIOS", packaged.resolve())
+    with pytest.raises(SimbatchError) as err:
+        load_scenario(path).build_workload()
+    assert err.value.where == f"{path}: workload.trace"
+    assert err.value.cause == (
+        "AzureLLMInferenceTrace_conv.csv is not in this installation (simbatch ships no traces, and a bundled "
+        "scenario's relative paths are read inside the installed package): point at your copy with "
+        "--set workload.trace=/path/to/AzureLLMInferenceTrace_conv.csv, or run from a clone of the "
+        "repository with the file in <clone>/../shared/traces/ (docs/scenarios.md, 'Traces')")
