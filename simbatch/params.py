@@ -24,8 +24,7 @@ def _coerce(value, typ, where: str):
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
         if value is None and type(None) in args:
             return None
-        inner = [a for a in args if a is not type(None)]
-        return _coerce(value, inner[0], where)
+        return _coerce_union(value, [a for a in args if a is not type(None)], where)
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
             raise SimbatchError(where, f"expected a list, got {value!r}")
@@ -52,7 +51,29 @@ def _coerce(value, typ, where: str):
         if not isinstance(value, str):
             raise SimbatchError(where, f"expected a string, got {value!r}")
         return value
+    if typ is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise SimbatchError(where, f"expected a mapping, got {value!r}")
+        return value
     return value
+
+
+_KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a mapping",
+          list: "a list", tuple: "a list"}
+
+
+def _coerce_union(value, types: list, where: str):
+    """``value`` as the first of ``types`` it fits (``str | dict``: a preset name or a mapping),
+    else one error naming them all."""
+    if len(types) == 1:
+        return _coerce(value, types[0], where)
+    for typ in types:
+        try:
+            return _coerce(value, typ, where)
+        except SimbatchError:
+            continue
+    kinds = " or ".join(_KINDS.get(typing.get_origin(t) or t, getattr(t, "__name__", str(t))) for t in types)
+    raise SimbatchError(where, f"expected {kinds}, got {value!r}")
 
 
 def parse_params(cls, values: dict | None, where: str, ignore: tuple[str, ...] = ()):

@@ -10,6 +10,8 @@ CI sees the same cases each time.
 from __future__ import annotations
 
 import copy
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -178,3 +180,54 @@ def test_a_number_as_a_variant_name_says_to_quote_it(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].endswith("variants: variant name 64 is a number; quote it to make it a name: '64'")
     assert not (tmp_path / "out").exists()
+
+
+# --- Docs vs code (issue 33) -------------------------------------------------------------------------
+
+def speculative_scenario(draft_model) -> dict:
+    """The classroom scenario under continuous batching with a draft-model proposer."""
+    data = copy.deepcopy(SCENARIOS["classroom"])
+    data["policy"] = {"kind": "continuous"}
+    data.pop("policies", None)
+    data["speculative"] = {"method": "draft_model", "acceptance_rate": 0.7, "draft_model": draft_model}
+    return data
+
+
+def test_a_draft_model_given_as_a_mapping_runs_as_the_docs_promise(tmp_path, capsys):
+    """docs/scenarios.md: ``draft_model``, "a preset or model mapping"; a mapping was refused
+    ("expected a string"), as the section's type took only the first of ``str | dict``."""
+    from simbatch.scenario import load_scenario
+
+    target = load_scenario("classroom").data["model"]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(speculative_scenario({"base": target, "name": "my-draft"})))
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 0, capsys.readouterr().err
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["speculative"]["drafter"] == "my-draft"
+
+
+@pytest.mark.parametrize("value", [[1], 3, True])
+def test_a_draft_model_neither_a_name_nor_a_mapping_says_what_it_may_be(tmp_path, capsys, value):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(speculative_scenario(value)))
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"speculative.draft_model: expected a string or a mapping, got {value!r}"), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_report_md_shows_a_model_name_as_text_never_as_html(tmp_path, capsys):
+    """A model called ``<script>alert(1)</script>``: report.html escaped it, report.md wrote it
+    raw, so a Markdown viewer would run it. Backticked code keeps its own marks."""
+    data = {**SCENARIOS["classroom"], "model": {"base": "llama-2-7b", "name": "<script>alert(1)</script>"}}
+    (tmp_path / "e.yaml").write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    assert main(["compare", str(tmp_path / "e.yaml"), "--out", str(out), "--jobs", "1", "--report"]) == 0
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "\\<script>alert(1)\\</script>" in md
+    assert not re.search(r"(?<!\\)<(script|/script)", md), md
+    assert "<script>" not in (out / "report.html").read_text(encoding="utf-8")
+    from simbatch.report.markdown import text
+
+    assert text("`<dir>` then <b> and <= 5") == "`<dir>` then \\<b> and <= 5"
+    assert text("`<b>``") == "`\\<b>``"  # no code span: a lone backtick before a run of two

@@ -2,15 +2,33 @@
 
 from __future__ import annotations
 
+import re
+
 from simbatch.report.figures import Section, Table
 from simbatch.report.table import render
 
 FILES_DIR = "report_files"
+# A code span as CommonMark reads one only when both its backticks stand alone (a longer run
+# such as ``` `` ``` opens or closes another kind of span), and a '<' that would open raw HTML
+# (a tag, closing tag, comment or declaration) or an autolink.
+CODE_SPAN = re.compile(r"(?<!`)`[^`\n]+`(?!`)")
+HTML_START = re.compile(r"<(?=[A-Za-z/!?])")
 
 
-def _cell(text: str) -> str:
+def text(value) -> str:
+    """``value`` as Markdown text that shows as written: a '<' that would start raw HTML (a
+    model or variant name such as ``<script>``) gets a backslash, as the HTML report escapes it;
+    inside a code span it is shown literally anyway, so it is left as it is there."""
+    value, out, at = str(value), [], 0
+    for span in CODE_SPAN.finditer(value):
+        out += [HTML_START.sub(r"\\<", value[at:span.start()]), span.group()]
+        at = span.end()
+    return "".join(out + [HTML_START.sub(r"\\<", value[at:])])
+
+
+def _cell(value) -> str:
     # A '|' would end the cell; a newline would end the row.
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return text(value).replace("|", "\\|").replace("\n", " ")
 
 
 def table_markdown(table: Table, numbers: bool = False) -> str:
@@ -25,7 +43,7 @@ def table_markdown(table: Table, numbers: bool = False) -> str:
     else:
         lines = [headers, [":--"] * len(headers), *rows]
         body = "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
-    return f"**{table.caption}**\n\n{body}" if table.caption else body
+    return f"**{text(table.caption)}**\n\n{body}" if table.caption else body
 
 
 def figure_path(name: str) -> str:
@@ -35,13 +53,14 @@ def figure_path(name: str) -> str:
 
 def render_markdown(sections: list[Section], title: str) -> str:
     """The whole report as Markdown; figures are linked as ``report_files/<name>.png``."""
-    parts = [f"# {title}", "", "Contents: " + " · ".join(f"[{s.title}](#{s.slug})" for s in sections), ""]
+    contents = " · ".join(f"[{text(s.title)}](#{s.slug})" for s in sections)
+    parts = [f"# {text(title)}", "", f"Contents: {contents}", ""]
     for s in sections:
-        parts += [f'<a id="{s.slug}"></a>', "", f"## {s.title}", ""]
+        parts += [f'<a id="{s.slug}"></a>', "", f"## {text(s.title)}", ""]
         for note in s.notes:
-            parts += [note, ""]
+            parts += [text(note), ""]
         for t in s.tables:
             parts += [table_markdown(t, numbers=t.numbers), ""]
         for f in s.figures:
-            parts += [f"![{f.caption}]({figure_path(f.name)})", ""]
+            parts += [f"![{text(f.caption)}]({figure_path(f.name)})", ""]
     return "\n".join(parts)
