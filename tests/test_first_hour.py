@@ -139,3 +139,22 @@ def test_a_bundled_trace_scenario_inside_an_installed_package(tmp_path, monkeypa
         "scenario's relative paths are read inside the installed package): point at your copy with "
         "--set workload.trace=/path/to/AzureLLMInferenceTrace_conv.csv, or run from a clone of the "
         "repository with the file in <clone>/../shared/traces/ (docs/scenarios.md, 'Traces')")
+
+
+# --- capacity's progress line ----------------------------------------------------------------
+
+def test_capacity_shows_no_eta_over_the_runs_asked_so_far(monkeypatch):
+    """The ETA extrapolated to the runs asked so far (the total grows as the searches go) and
+    read 2-3 s through most of a 22 s search: the capacity line counts runs and gives none."""
+    import io
+    import sys
+
+    from simbatch.commands.capacity import _SearchBar
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    bar = _SearchBar().make(3)
+    bar.update()
+    assert bar.line() == "1 run done, 2 under way, elapsed 0:00 (no ETA)"
+    bar.total += 5
+    bar.update(2)
+    assert bar.line() == "3 runs done, 5 under way, elapsed 0:00 (no ETA)"

@@ -82,10 +82,11 @@ def run(args) -> None:
 
 
 class _SearchBar:
-    """One live progress bar on stderr for the whole search (runs done / runs asked so far,
-    elapsed, ETA), on a terminal only, with the log lines (one per search as it ends) printed
-    above it: elsewhere the log lines are the record. The total grows as the searches ask:
-    each decides its next probe from its last answer, so no total is known ahead."""
+    """One live progress line on stderr for the whole search (runs done, runs under way,
+    elapsed), on a terminal only, with the log lines (one per search as it ends) printed
+    above it: elsewhere the log lines are the record. No total and no ETA: each search
+    decides its next probe from its last answer, so the runs still to come are not known
+    (an ETA over the runs asked so far read 2 s through most of a 22 s search)."""
 
     def __init__(self):
         import sys
@@ -97,7 +98,7 @@ class _SearchBar:
         """The bar, for ``n`` runs so far (``find_capacity`` grows it and closes it)."""
         from simbatch.sweep.progress import Progress
 
-        self.progress = Progress(n)
+        self.progress = Progress(n, open_ended=True)
         return self.progress
 
     def log(self, line: str) -> None:

@@ -6,6 +6,13 @@ On a terminal it redraws one line in place::
 
 Elsewhere (a log file, CI) redrawing would only add noise, so it prints just
 the final line when it is closed.
+
+An open-ended count (``open_ended=True``: runs whose total nobody knows ahead, as
+in ``simbatch capacity``, where each search picks its next probe from its last
+answer) shows no bar and no ETA, which would extrapolate to the runs asked so far
+only and read a few seconds for the whole of a long search::
+
+    57 runs done, 4 under way, elapsed 0:10 (no ETA)
 """
 
 from __future__ import annotations
@@ -31,8 +38,9 @@ class Progress:
     """
 
     def __init__(self, total: int, done: int = 0, stream: TextIO | None = None, live: bool | None = None,
-                 width: int = 30, clock: Callable[[], float] = time.monotonic):
+                 width: int = 30, clock: Callable[[], float] = time.monotonic, open_ended: bool = False):
         self.total, self.done, self.first = total, done, done
+        self.open_ended = open_ended  # total: runs asked so far, not all there will be (module docstring)
         self.stream = stream or sys.stderr
         self.live = bool(getattr(self.stream, "isatty", lambda: False)()) if live is None else live
         self.width = width
@@ -45,6 +53,9 @@ class Progress:
     def line(self) -> str:
         """The bar as text."""
         elapsed = self.clock() - self.start
+        if self.open_ended:
+            return (f"{self.done} run{'' if self.done == 1 else 's'} done, {self.total - self.done} under way, "
+                    f"elapsed {format_duration(elapsed)} (no ETA)")
         ran, left = self.done - self.first, self.total - self.done
         eta = format_duration(elapsed / ran * left if left else 0) if ran or not left else "?"
         filled = self.width if not self.total else round(self.width * self.done / self.total)
