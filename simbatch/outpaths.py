@@ -9,8 +9,11 @@ from pathlib import Path
 from simbatch.errors import SimbatchError
 
 MARKER = ".simbatch-output"  # in every output folder: simbatch wrote it, and may replace it whole
-# What earlier simbatch outputs hold (before the marker): they may be replaced too.
-KNOWN_OUTPUTS = ("summary.json", "comparison.csv", "validation.json", "capacity.csv")
+# The file that tells each command's output folder (a release before the marker wrote them too):
+# such a folder may be replaced, but only by an output of the same command (:func:`replaceable`).
+OUTPUT_KINDS = {"summary.json": "run", "comparison.csv": "compare", "validation.json": "validate",
+                "capacity.csv": "capacity"}
+KNOWN_OUTPUTS = tuple(OUTPUT_KINDS)
 # Longest name (UTF-8 bytes) that may become a file or folder name: room under the usual 255-byte
 # limit for a compare row that joins a policy, router, layout and variant, and for the hidden
 # ``.NAME.tmp-PID-XXXXXXXX`` sibling every output folder is first written as.
@@ -38,16 +41,38 @@ def check_path_name(name, where: str, reserved: tuple[str, ...] = ()) -> str:
     return name
 
 
-def replaceable(folder: Path) -> bool:
-    """Whether writing an output to ``folder`` may replace what is there: it is absent or empty,
-    or simbatch wrote it (it holds :data:`MARKER`, or an output of a release before the marker).
-    A folder of the user's own files never is (:mod:`simbatch.report.outputs`)."""
+def output_kind(names) -> str | None:
+    """The command (``run``, ``compare``, ``validate``, ``capacity``) whose output folder holds
+    the file ``names`` (:data:`OUTPUT_KINDS`), or None."""
+    return next((kind for name, kind in OUTPUT_KINDS.items() if name in names), None)
+
+
+def replaceable(folder: Path, kind: str | None = None) -> bool:
+    """Whether writing an output to ``folder`` may replace what is there (:func:`refusal`)."""
+    return refusal(folder, kind) is None
+
+
+def refusal(folder: Path, kind: str | None = None) -> str | None:
+    """Why writing command ``kind``'s output to ``folder`` may not replace what is there, or
+    None when it may: the folder is absent or empty, or simbatch wrote it (it holds
+    :data:`MARKER`, or an output of a release before the marker) and, with ``kind``, as the
+    output of that same command: ``run --out`` over a ``compare --report`` folder would delete
+    the comparison, its report and every policy's run. A folder of the user's own files is
+    never replaced (:mod:`simbatch.report.outputs`)."""
     if not folder.exists():
-        return True
+        return None
+    mine = "holds files simbatch did not write; an output folder is replaced whole, so give a new folder"
     if not folder.is_dir() or folder.is_symlink():
-        return False
+        return mine
     names = {p.name for p in folder.iterdir()}
-    return not names or MARKER in names or any(n in names for n in KNOWN_OUTPUTS)
+    found = output_kind(names)
+    if names and MARKER not in names and found is None:
+        return mine
+    if kind is not None and found is not None and found != kind:
+        name = next(n for n, k in OUTPUT_KINDS.items() if k == found)
+        return (f"holds a `simbatch {found}` output ({name}), which `simbatch {kind}` would replace whole; "
+                f"give a new folder, or remove that one first")
+    return None
 
 
 def blocked_folder(path: Path) -> Path | None:
@@ -78,22 +103,22 @@ def _check_reachable(path: Path, where: str) -> None:
         raise SimbatchError(where, f"cannot enter {name} (permission denied), so nothing can be written there")
 
 
-def check_out_dir(out_dir: str | Path, flag: str = "--out", whole: bool = True) -> Path:
+def check_out_dir(out_dir: str | Path, flag: str = "--out", whole: bool = True, kind: str | None = None) -> Path:
     """``out_dir`` if it can become an output folder, else a one-line error naming ``flag``:
     not an existing file, not under one, and its nearest existing folder writable (so an
     unwritable folder or ``/proc/x`` fails now, not after a long simulation). ``whole``: the
     command replaces the whole folder (:mod:`simbatch.report.outputs`), so an existing one
-    must be empty or an earlier simbatch output, never a folder of the user's own files."""
+    must be empty or an earlier simbatch output (of command ``kind``, when given: :func:`refusal`),
+    never a folder of the user's own files."""
     out_dir = Path(out_dir)
     _check_reachable(out_dir, f"{flag} {out_dir}")
     for path in (out_dir, *out_dir.parents):
         if path.exists() and not path.is_dir():
             where = flag if path == out_dir else f"{flag} {out_dir}"
             raise SimbatchError(where, f"{path} exists and is not a folder")
-    if whole:
-        if not replaceable(out_dir):
-            raise SimbatchError(f"{flag} {out_dir}", "holds files simbatch did not write; an output folder is "
-                                                     "replaced whole, so give a new folder")
+    why = refusal(out_dir, kind if kind in OUTPUT_KINDS.values() else None) if whole else None
+    if why is not None:
+        raise SimbatchError(f"{flag} {out_dir}", why)
     existing = next((p for p in (out_dir, *out_dir.parents) if p.exists()), Path("."))
     _probe(existing, f"{flag} {out_dir}")
     return out_dir

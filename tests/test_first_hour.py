@@ -158,3 +158,41 @@ def test_capacity_shows_no_eta_over_the_runs_asked_so_far(monkeypatch):
     bar.total += 5
     bar.update(2)
     assert bar.line() == "3 runs done, 5 under way, elapsed 0:00 (no ETA)"
+
+
+# --- run --out over another command's folder -------------------------------------------------
+
+def test_run_out_refuses_a_comparisons_folder(tmp_path, capsys):
+    """`run --out` over a `compare --report` folder deleted the comparison, its report and every
+    policy's run, and said nothing: one line, exit 2, the folder as it was."""
+    out = tmp_path / "cmp"
+    assert main(["compare", "classroom", "--policies", "static,continuous", "--out", str(out), "--report"]) == 0
+    before = sorted(p.name for p in out.iterdir())
+    capsys.readouterr()
+    assert main(["run", "classroom", "--out", str(out)]) == 2
+    assert one_error_line(capsys) == (
+        f"simbatch: error: --out {out}: holds a `simbatch compare` output (comparison.csv), which "
+        f"`simbatch run` would replace whole; give a new folder, or remove that one first")
+    assert sorted(p.name for p in out.iterdir()) == before and "report.html" in before
+
+
+def test_compare_out_refuses_a_run_folder_and_each_replaces_its_own(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(["run", "classroom", "--out", str(out)]) == 0
+    assert main(["run", "classroom", "--set", "policy.kind=continuous", "--out", str(out)]) == 0  # its own: replaced
+    capsys.readouterr()
+    assert main(["compare", "classroom", "--policies", "static", "--out", str(out)]) == 2
+    assert "holds a `simbatch run` output (summary.json), which `simbatch compare` would replace whole" in \
+        one_error_line(capsys)
+    assert (out / "summary.json").is_file() and not (out / "comparison.csv").exists()
+
+
+def test_the_python_api_keeps_the_same_rule(tmp_path):
+    from simbatch.api import compare, write_compare
+
+    out = tmp_path / "cmp"
+    runs, table = compare(load_scenario("classroom"), ["static"], jobs=1)
+    write_compare(out, runs, table)
+    with pytest.raises(SimbatchError, match=r"holds a `simbatch compare` output \(comparison.csv\)"):
+        runs["static"].write(out)
+    assert (out / "comparison.csv").is_file()

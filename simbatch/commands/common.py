@@ -47,7 +47,8 @@ def load(args):
     if getattr(args, "out", None) is not None:
         from simbatch.outpaths import check_out_dir
 
-        check_out_dir(args.out, whole=getattr(args, "whole_out", True))
+        # kind: a run may not replace a comparison's folder, nor a comparison a run's (outpaths.refusal)
+        check_out_dir(args.out, whole=getattr(args, "whole_out", True), kind=getattr(args, "command", None))
     if args.policy_files:
         from simbatch.policies import load_policy_file
 

@@ -17,9 +17,11 @@ kill fell between the two renames) is renamed back, since it is the last
 complete output.
 
 A folder is replaced only if simbatch wrote it (it holds :data:`MARKER`, or
-an output of a simbatch release that predates the marker) or it is empty: a
-folder of the user's own files is refused (:func:`replaceable`; the CLI checks
-this before any work, :func:`simbatch.outpaths.check_out_dir`).
+an output of a simbatch release that predates the marker) as the output of the
+same command (a run folder by a run, a comparison by a comparison:
+:data:`simbatch.outpaths.OUTPUT_KINDS`), or it is empty: a folder of the user's
+own files, or another command's output, is refused (:func:`refusal`; the CLI
+checks this before any work, :func:`simbatch.outpaths.check_out_dir`).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import numpy as np
 
 from simbatch.errors import SimbatchError
 # The marker and what may be replaced live with the output checks (simbatch.outpaths); names of this module too.
-from simbatch.outpaths import KNOWN_OUTPUTS, MARKER, check_path_name, replaceable  # noqa: F401
+from simbatch.outpaths import KNOWN_OUTPUTS, MARKER, check_path_name, output_kind, refusal, replaceable  # noqa: F401
 from simbatch.report.csv_table import write_csv as _write_csv  # tests replace it here
 from simbatch.report.parquet_table import write_parquet as _write_parquet  # (pyarrow only when called)
 
@@ -114,9 +116,9 @@ def write_files(out_dir: Path, writers: dict[str, Callable[[Path], None]]) -> li
     out_dir = Path(out_dir)
     for name in writers:
         check_path_name(name, str(out_dir))
-    if not replaceable(out_dir):
-        raise SimbatchError(str(out_dir), "holds files simbatch did not write; an output folder is replaced "
-                                          "whole, so give a new folder")
+    why = refusal(out_dir, output_kind(writers))  # a run over a comparison's folder is refused too
+    if why is not None:
+        raise SimbatchError(str(out_dir), why)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     clean_stale(out_dir)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-{os.getpid()}-", dir=out_dir.parent))
