@@ -196,3 +196,79 @@ def test_the_python_api_keeps_the_same_rule(tmp_path):
     with pytest.raises(SimbatchError, match=r"holds a `simbatch compare` output \(comparison.csv\)"):
         runs["static"].write(out)
     assert (out / "comparison.csv").is_file()
+
+
+# --- calibrate: a verdict, and a poor profile never silently replaces a good one -------------
+
+GOOD_PROFILE = ROOT / "calibration" / "profiles" / "cpu-tiny-float32-tp1"
+
+
+def shaken(profile):
+    """``profile`` as a busy machine measures it: its whole steps timed 4x slow or 4x fast by turns."""
+    from simbatch.profiles import Profile
+
+    m = profile.measurements.copy()
+    steps = m.index[m["op"] == "step_forward"]
+    factors = [4.0 if i % 2 else 0.25 for i in range(len(steps))]
+    for col in ("median_s", "p10_s", "p90_s"):
+        m.loc[steps, col] = m.loc[steps, col] * factors
+    return Profile(profile.header, m)
+
+
+def test_a_profile_gets_a_verdict():
+    from simbatch.calibrate.verdict import verdict_line
+    from simbatch.profiles import read_profile
+
+    good = read_profile(GOOD_PROFILE)
+    assert verdict_line(good) == "verdict: good: 21.7 % median error on its 47 whole steps (worst 58.3 %)"
+    poor = verdict_line(shaken(good))
+    assert poor.startswith("verdict: POOR: 89.7 % median error on its 47 whole steps (worst 405.2 %), over the "
+                           "25.0 % a machine that holds still gives; load average (1, 5, 15 min) ")  # the header's
+    assert poor.endswith(": the timings moved under other work; calibrate again on an idle machine "
+                         "(or with --threads 1)")
+
+
+def test_calibrate_report_ends_with_the_verdict(capsys):
+    assert main(["calibrate", "--report", str(GOOD_PROFILE)]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("verdict: good: 21.7 %")
+
+
+def test_a_poor_profile_does_not_replace_a_good_one_without_force(tmp_path):
+    import shutil
+
+    from simbatch.calibrate.verdict import check_overwrite
+    from simbatch.profiles import read_profile
+
+    out = tmp_path / "profile"
+    shutil.copytree(GOOD_PROFILE, out)
+    good = read_profile(out)
+    poor = shaken(good)
+    with pytest.raises(SimbatchError) as err:
+        check_overwrite(poor, out, force=False)
+    assert err.value.where == f"--out {out}" and err.value.cause.startswith(
+        "holds a good profile (21.7 % median whole-step error); this calibration's is poor (")
+    assert err.value.cause.endswith("or replace the good one with --force")
+    check_overwrite(poor, out, force=True)  # --force replaces it
+    check_overwrite(good, out, force=False)  # a good one replaces a good one
+    check_overwrite(poor, tmp_path / "new", force=False)  # nothing there: written, with its verdict
+
+
+def test_the_progress_line_redraws_on_a_terminal_and_is_plain_elsewhere():
+    import io
+
+    from simbatch.sweep.progress import StatusLine
+
+    ticks = iter(range(100))
+    live = io.StringIO()
+    line = StatusLine("calibrate", stream=live, live=True, clock=lambda: next(ticks))
+    line("operators 1/39, ETA 0:05: linear 1 tokens")
+    line("steps 2/15")
+    line.close()
+    first = "calibrate: operators 1/39, ETA 0:05: linear 1 tokens (1.0 s)"
+    assert live.getvalue() == f"\r{first}\r" + "calibrate: steps 2/15 (2.0 s)".ljust(len(first)) + "\n"
+    plain = io.StringIO()
+    line = StatusLine("calibrate", stream=plain, live=False, clock=lambda: 0.0)
+    line("steps 1/15")
+    line("steps 2/15")
+    line.close()
+    assert plain.getvalue() == "calibrate: steps 1/15 (0.0 s)\ncalibrate: steps 2/15 (0.0 s)\n"

@@ -32,7 +32,8 @@ from simbatch.backends.device import (
 from simbatch.backends.torch_layers import build_layer
 from simbatch.calibrate.points import make_grid
 from simbatch.calibrate.timing import Timer
-from simbatch.sweep.progress import format_duration
+from simbatch.calibrate.verdict import check_overwrite
+from simbatch.sweep.progress import StatusLine, format_duration
 from simbatch.errors import SimbatchError
 from simbatch.models import ModelSpec
 from simbatch.profiles import FORMAT, Profile, check_destination, write_profile
@@ -53,14 +54,21 @@ def default_out(kind: str, model: str, dtype: str, tensor_parallel: int = 1) -> 
 
 def calibrate(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, quick: bool = False,
               out: str | Path | None = None, seed: int = 0, threads: int | None = None,
-              progress: Callable[[str], None] | None = None) -> tuple[Path, Profile]:
+              progress: Callable[[str], None] | None = None, force: bool = False) -> tuple[Path, Profile]:
     """Measure every operator of ``spec`` on ``device`` and write the profile folder.
 
     Returns the folder (``out``, or :func:`default_out`) and the profile.
     ``threads`` (torch's intra-op threads) defaults to the cores this process
-    may use. ``progress`` gets one line per measured point group (default: stderr).
+    may use. ``progress`` gets one line per measured point group (default:
+    :class:`simbatch.sweep.progress.StatusLine`). A poor profile does not replace a good one at
+    ``out`` unless ``force`` (:func:`simbatch.calibrate.verdict.check_overwrite`).
     """
-    progress = progress or _stderr_progress(time.perf_counter())
+    if progress is None:
+        line = StatusLine("calibrate")
+        try:
+            return calibrate(spec, device, dtype, quick, out, seed, threads, line, force)
+        finally:
+            line.close()
     dev = resolve_device(device)
     dtype = dtype or default_dtype(dev.type)
     if dtype not in DTYPES:
@@ -88,6 +96,7 @@ def calibrate(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, qu
     header = _header(spec, facts, dtype, quick, seed, wall_s, notes, "cuda events" if dev.type == "cuda"
                      else "perf_counter_ns")
     profile = Profile(header, pd.DataFrame(rows))
+    check_overwrite(profile, out, force)
     return write_profile(profile, out), profile
 
 
@@ -200,10 +209,3 @@ def counted(progress: Callable[[str], None], phase: str, total: int,
         progress(f"{phase} {done}/{total}, ETA {eta}: {message}")
 
     return report
-
-
-def _stderr_progress(start: float) -> Callable[[str], None]:
-    def progress(message: str) -> None:
-        print(f"calibrate: {message} ({time.perf_counter() - start:.1f} s)", file=sys.stderr, flush=True)
-
-    return progress

@@ -28,6 +28,9 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default: 0)")
     p.add_argument("--out", type=Path, default=None,
                    help="profile folder (default: calibration/profiles/<device>-<model>-<dtype>-tp1)")
+    p.add_argument("--force", action="store_true",
+                   help="replace a good profile at --out even with a poor one (a busy machine's; "
+                        "docs/profiles.md, 'Is a profile good?')")
     p.add_argument("--report", type=Path, default=None, metavar="DIR",
                    help="print the fit report of the existing profile DIR; measures nothing")
     p.add_argument("--from-log", dest="from_log", nargs="+", type=Path, default=None, metavar="LOG",
@@ -60,7 +63,8 @@ def run(args) -> None:
     from simbatch.calibrate.runner import calibrate
 
     spec = get_model(args.model, "--model")
-    path, profile = calibrate(spec, args.device, args.dtype, args.quick, args.out, args.seed, args.threads)
+    path, profile = calibrate(spec, args.device, args.dtype, args.quick, args.out, args.seed, args.threads,
+                              force=args.force)
     wall = profile.header["timing"]["wall_s"]
     print(f"wrote {path}/ ({len(profile.measurements)} measurements in {wall:.1f} s)")
     print(report(path))
@@ -85,30 +89,28 @@ def report(path: Path) -> str:
         atomic_write(Path(path) / "fit_report.csv", lambda p: table.to_csv(p, index=False))
     except OSError:
         pass  # a read-only profile (a shipped one, say) is still worth a report
+    from simbatch.calibrate.verdict import verdict_line
+
     text = f"{describe(profile)}\nfit (leave-one-out error per operator):\n{format_fit_report(table)}"
     steps = step_report(profile)
-    return f"{text}\n{steps}" if steps else text
+    return "\n".join([text, *([steps] if steps else []), verdict_line(profile)])
 
 
 def step_report(profile) -> str | None:
     """How well the operators, then the operators plus the fitted backend terms, reproduce the
     whole steps measured on the torch backend (``step_forward`` rows); None without them."""
-    if "step_forward" not in set(profile.measurements["op"]):
-        return None
-    from simbatch.costmodel.profile_fit import fit_profile_model
-    from simbatch.costmodel.whatif import header_model
+    from simbatch.calibrate.verdict import step_errors
 
-    cost = fit_profile_model(profile, header_model(profile.header), "a100-80gb", where="--report")
-    terms = cost.backend_terms
-    table = terms["table"]
+    e = step_errors(profile)
+    if e is None:
+        return None
 
     def us(part: str) -> str:
-        return ", ".join(f"{k} {v * 1e6:.4g} us" for k, v in terms[part].items() if v)
+        return ", ".join(f"{k} {v * 1e6:.4g} us" for k, v in e.terms[part].items() if v)
 
-    return (f"whole steps on the torch backend ({len(table)} plans): operators alone median "
-            f"{table['operators_ape'].median() * 100:.1f}% (worst {table['operators_ape'].max() * 100:.1f}%), "
-            f"with the fitted backend terms median {table['ape'].median() * 100:.1f}% "
-            f"(worst {table['ape'].max() * 100:.1f}%)\n"
+    return (f"whole steps on the torch backend ({e.plans} plans): operators alone median "
+            f"{e.operators_median * 100:.1f}% (worst {e.operators_worst * 100:.1f}%), "
+            f"with the fitted backend terms median {e.median * 100:.1f}% (worst {e.worst * 100:.1f}%)\n"
             f"  forward terms: {us('forward') or 'none'}\n  host terms: {us('host') or 'none'}")
 
 

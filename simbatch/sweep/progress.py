@@ -17,6 +17,7 @@ only and read a few seconds for the whole of a long search::
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from typing import Callable, TextIO
@@ -79,3 +80,33 @@ class Progress:
         self.stream.write(prefix + text.ljust(self.drawn))
         self.drawn = len(text)
         self.stream.flush()
+
+
+class StatusLine:
+    """Progress messages on stderr (``calibrate: <message> (12.3 s)``): on a terminal one line
+    redrawn in place (``\r``, cut to the terminal's width so that it never wraps), elsewhere
+    (a log file, CI) one plain line per message. Call :meth:`close` before printing anything else."""
+
+    def __init__(self, label: str, stream: TextIO | None = None, live: bool | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.label, self.stream, self.clock = label, stream or sys.stderr, clock
+        self.live = bool(getattr(self.stream, "isatty", lambda: False)()) if live is None else live
+        self.start = clock()
+        self.drawn = 0  # length of the line on screen, to blank what a shorter one leaves
+
+    def __call__(self, message: str) -> None:
+        text = f"{self.label}: {message} ({self.clock() - self.start:.1f} s)"
+        if not self.live:
+            print(text, file=self.stream, flush=True)
+            return
+        text = text[:max(20, shutil.get_terminal_size().columns - 1)]
+        self.stream.write("\r" + text.ljust(self.drawn))
+        self.drawn = len(text)
+        self.stream.flush()
+
+    def close(self) -> None:
+        """End the redrawn line, so that what follows starts on a line of its own."""
+        if self.live and self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.drawn = 0
