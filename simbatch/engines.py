@@ -248,7 +248,7 @@ def parse_engine(spec, where: str) -> EngineParams:
         if key not in names:
             raise SimbatchError(f"{where}.{key}", f"unknown field; allowed: {', '.join(names)}")
     preset = spec.get("preset", "none")
-    if preset not in PRESETS:
+    if not isinstance(preset, str) or preset not in PRESETS:  # a list is no name (nor hashable)
         raise SimbatchError(f"{where}.preset", f"unknown engine {preset!r}; presets: {', '.join(PRESETS)}")
     values = {**PRESETS[preset], **{k: v for k, v in spec.items() if k != "preset"}}
     for key, value in values.items():

@@ -146,8 +146,8 @@ def _architecture(config: dict, where: str) -> str:
     if model_type is None:
         raise SimbatchError(f"{where}.architectures", "missing (and no model_type); needed to pick the "
                                                       "model family")
-    if model_type not in _MODEL_TYPES:
-        raise SimbatchError(f"{where}.model_type", f"{model_type!r} is not read; known: "
+    if not isinstance(model_type, str) or model_type not in _MODEL_TYPES:  # a list or mapping is no name
+        raise SimbatchError(f"{where}.model_type", f"{_short(model_type)} is not read; known: "
                             f"{', '.join(_MODEL_TYPES)} (or give the model's shapes as a mapping)")
     return _MODEL_TYPES[model_type]
 
@@ -323,8 +323,8 @@ def _dtype_bytes(config: dict, where: str) -> int:
     value = config.get(key)
     if value is None:
         return 2
-    if value not in _DTYPE_BYTES:
-        raise SimbatchError(f"{where}.{key}", f"{value!r} is not read; known: {', '.join(_DTYPE_BYTES)}")
+    if not isinstance(value, str) or value not in _DTYPE_BYTES:  # a list or mapping is no dtype
+        raise SimbatchError(f"{where}.{key}", f"{_short(value)} is not read; known: {', '.join(_DTYPE_BYTES)}")
     return _DTYPE_BYTES[value]
 
 
@@ -350,9 +350,9 @@ def _weight_quant(quant: dict, where: str) -> str:
         return "fp8"
     if method in ("gptq", "awq"):
         bits = quant.get("bits", quant.get("w_bit"))  # AutoAWQ's exports name it w_bit
-        if bits in _INT_BITS:
+        if isinstance(bits, (int, float)) and bits in _INT_BITS:  # a list or mapping is no bit count
             return _INT_BITS[bits]
-        raise SimbatchError(f"{where}.quantization_config.bits", f"{bits!r}-bit {method} is not modelled; "
+        raise SimbatchError(f"{where}.quantization_config.bits", f"{_short(bits)}-bit {method} is not modelled; "
                             "4 or 8 are (or give weight_quant in the model entry, which skips "
                             "quantization_config)")
     # The scenario's quantization: section applies to the spec this returns, so it cannot

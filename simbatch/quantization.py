@@ -31,7 +31,7 @@ def apply_quantization(model: ModelSpec, spec, where: str = "quantization") -> M
         formats = FIELDS.get(key)
         if formats is None:
             raise SimbatchError(f"{where}.{key}", f"unknown field; allowed: {', '.join(FIELDS)}")
-        name = str(value).strip().lower() if isinstance(value, str) else value
+        name = value.strip().lower() if isinstance(value, str) else None  # a list or mapping names none
         if name not in formats:
             raise SimbatchError(f"{where}.{key}", f"unknown format {value!r}; allowed: {', '.join(formats)}")
         changes["weight_quant" if key == "weights" else "kv_quant"] = formats[name]
