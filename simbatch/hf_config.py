@@ -95,15 +95,27 @@ def read_hf_config(path: Path, where: str) -> dict:
         text = read_text(path, "config.json")
     except SimbatchError as e:
         raise SimbatchError(where, str(e)) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise SimbatchError(where, f"{path} is not valid JSON: line {e.lineno}, column {e.colno}: "
-                                   f"{e.msg}") from None
+    data = _parse_json(text, path, where)
     if not isinstance(data, dict):
         raise SimbatchError(where, f"{path} holds a JSON {type(data).__name__}, expected an object "
                                    "(a config.json)")
     return data
+
+
+def _parse_json(text: str, path: Path, where: str):
+    """The JSON value of ``text``; what the parser refuses, a one-line error naming ``path``:
+    bad syntax, arrays or objects nested past Python's recursion limit (a config nests two or
+    three deep), and integers of more digits than Python converts (4,300)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SimbatchError(where, f"{path} is not valid JSON: line {e.lineno}, column {e.colno}: "
+                                   f"{e.msg}") from None
+    except RecursionError:
+        raise SimbatchError(where, f"{path} nests arrays or objects too deeply to read (a config.json "
+                                   "nests two or three levels)") from None
+    except ValueError as e:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
+        raise SimbatchError(where, f"{path} holds a number too long to read ({str(e).split(':')[0]})") from None
 
 
 def spec_fields_from_hf(config: dict, name: str, where: str, *, weight_quant: str | None = None) -> dict:

@@ -9,6 +9,7 @@ scenario's ``model:`` entry (a preset name, or a dict of fields, optionally
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -340,6 +341,19 @@ _ZERO_FIELDS = {"num_experts", "experts_per_token", "moe_intermediate_size", "sh
                 "num_dense_layers", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim",
                 "redundant_experts"}
 EXPERT_DISPATCHES = ("allreduce", "all2all")
+# Bounds on a model's figures, so that a step's seconds stay finite and simulated time within
+# its horizon (simbatch.horizon). No shape field of a real model comes near 10**9 (the largest
+# here: Llama-4-Scout's 10,485,760-token context, a 256,000-token vocabulary, a 53,248-wide MLP,
+# 256 experts): a figure past it is a typo or a hostile file, and a vocab_size of 10**400
+# overflowed the roofline's float arithmetic.
+MAX_MODEL_INT = 10**9
+# routing_skew is a Zipf exponent: by 100 every preset's routing has collapsed onto its k most
+# popular experts (over 99.99 % of tokens pick the k-th, under 0.01 % the next), so a larger
+# one changes nothing but the arithmetic; 1e5 underflowed every other expert's share to 0 and
+# the draw's chances to NaN inside the simulation. The k-th expert's share, k ** -skew, must
+# also stay a float (e ** -700, about 1e-304): skew x ln(experts_per_token) at most 700.
+MAX_ROUTING_SKEW = 100.0
+_MAX_SKEW_LOG = 700.0
 _CHOICES = {"weight_quant": WEIGHT_QUANTS, "kv_quant": KV_QUANTS, "expert_dispatch": EXPERT_DISPATCHES}
 # Fields a scenario's cluster section sets (how the experts are laid out over GPUs), not a model entry.
 DEPLOYMENT_FIELDS = {"expert_parallel": "cluster.expert_parallel", "expert_dispatch": "cluster.expert_dispatch",
@@ -375,6 +389,7 @@ def spec_from_hf(config: dict, name: str, where: str, *, weight_quant: str | Non
     from simbatch.hf_config import spec_fields_from_hf  # only when a model is read from a config
 
     values = spec_fields_from_hf(config, name, where, weight_quant=weight_quant)
+    check_sizes(values, where)
     check_consistent(values, where)
     return ModelSpec(**values)
 
@@ -401,8 +416,8 @@ def _from_hf(entry: dict, where: str, base_dir: Path | None) -> ModelSpec:
     else:
         config, at, path, default_name = entry["hf_config"], f"{where}.hf_config", None, "hf-model"
     try:
-        values = spec_fields_from_hf(config, overrides.get("name", default_name), at,
-                                     weight_quant=overrides.get("weight_quant"))
+        values = check_sizes(spec_fields_from_hf(config, overrides.get("name", default_name), at,
+                                                 weight_quant=overrides.get("weight_quant")), at)
     except SimbatchError as e:
         if path is None:
             raise
@@ -429,6 +444,22 @@ def _name_from_path(path: Path) -> str:
     return stem.lower() or "hf-model"
 
 
+def check_sizes(values: dict, where: str) -> dict:
+    """``values`` (a config's fields, each read as an integer already) after refusing any
+    integer over :data:`MAX_MODEL_INT`, named ``where.<field>``."""
+    for key, value in values.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            _check_size(value, f"{where}.{key}")
+    return values
+
+
+def _check_size(value: int, where: str) -> None:
+    """Refuse an integer shape no real model comes near (see :data:`MAX_MODEL_INT`)."""
+    if value > MAX_MODEL_INT:
+        got = f"a {value.bit_length()}-bit integer" if value.bit_length() > 64 else f"{value:,}"
+        raise SimbatchError(where, f"must be at most {MAX_MODEL_INT:,} (no real model comes near), got {got}")
+
+
 def check_consistent(v: dict, where: str) -> None:
     """Checks across a model's fields (each one's own type and range checked already)."""
     if v["num_heads"] % v["num_kv_heads"]:
@@ -437,6 +468,7 @@ def check_consistent(v: dict, where: str) -> None:
         if not 1 <= v.get("experts_per_token", 0) <= v["num_experts"]:
             raise SimbatchError(f"{where}.experts_per_token",
                                 f"must be between 1 and num_experts ({v['num_experts']}) in a mixture of experts")
+        _check_skew_reachable(v, where)
         if not v.get("moe_intermediate_size", 0):
             raise SimbatchError(f"{where}.moe_intermediate_size", "must be positive in a mixture of experts")
         if v.get("num_dense_layers", 0) >= v["num_layers"]:
@@ -461,6 +493,16 @@ def check_consistent(v: dict, where: str) -> None:
                                                       "(set kv_lora_rank)")
 
 
+def _check_skew_reachable(v: dict, where: str) -> None:
+    """Refuse a routing skew under which the ``experts_per_token``-th expert's share underflows
+    (see :data:`MAX_ROUTING_SKEW`): no token could then pick its k experts."""
+    skew, k = v.get("routing_skew", 0.0), v["experts_per_token"]
+    if k > 1 and skew * math.log(k) > _MAX_SKEW_LOG:
+        raise SimbatchError(f"{where}.routing_skew", f"must be at most {_MAX_SKEW_LOG / math.log(k):.4g} with "
+                                                     f"{k} experts per token (the {k}-th most popular expert's "
+                                                     f"share, {k} ** -skew, underflows), got {skew!r}")
+
+
 def _check_field(key: str, value, where: str):
     """The value of one field, after its type and range check."""
     if key == "name":
@@ -475,9 +517,14 @@ def _check_field(key: str, value, where: str):
     elif key == "routing_skew":  # a Zipf exponent (simbatch.costmodel.routing)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
             raise SimbatchError(where, f"must be a number >= 0 (0: uniform routing), got {value!r}")
+        if value > MAX_ROUTING_SKEW:
+            raise SimbatchError(where, f"must be at most {MAX_ROUTING_SKEW:g} (every token on the same experts "
+                                       f"already), got {value!r}")
         return float(value)
     elif isinstance(value, bool) or not isinstance(value, int) or value < 0 or (value == 0
                                                                                and key not in _ZERO_FIELDS):
         kind = "a non-negative" if key in _ZERO_FIELDS else "a positive"
         raise SimbatchError(where, f"must be {kind} integer, got {value!r}")
+    else:
+        _check_size(value, where)
     return value
