@@ -50,7 +50,8 @@ def test_padded_decode_cost_equals_step_cost(cm, slots, dead, context):
     assert same(cm.padded_decode_cost(slots, live, context), cm.step_cost(plan))
 
 
-@pytest.mark.parametrize("overheads", [{}, {"per_seq_overhead_s": 3e-5, "per_token_overhead_s": 1e-5}])
+@pytest.mark.parametrize("overheads", [{}, {"per_seq_overhead_s": 3e-5, "per_token_overhead_s": 1e-5},
+                                       {"launch_floor_s": 6e-3}])
 @pytest.mark.parametrize("tp", [1, 2])
 def test_a_padded_run_priced_at_once_is_each_step_priced_alone(overheads, tp):
     # The fast path prices a padded batch's whole run of decode steps with numpy
@@ -81,11 +82,17 @@ STREAM_MODELS = [
     RooflineCostModel("llama-3-8b", "h100-sxm", gemm_tile_tokens=1),
     RooflineCostModel("mixtral-8x7b", "a100-80gb", tensor_parallel=2),
     PROFILE,
+    # A launch floor (an eager engine's kernel-issue time) that binds on some steps and not others.
+    RooflineCostModel("llama-2-70b", "h100-sxm", tensor_parallel=4, per_seq_overhead_s=3e-5,
+                      launch_floor_s=0.03),
+    RooflineCostModel("mixtral-8x7b", "a100-80gb", tensor_parallel=2, launch_floor_s=0.03),
+    build_cost_model(None, "llama-2-7b", "a100-80gb", overhead={"launch_floor_s": 0.02}),
 ]
+STREAM_IDS = ["7b", "70b-tp4-overheads", "70b-fp8", "8b-untiled", "moe", "profile", "70b-floor", "moe-floor",
+              "profile-floor"]
 
 
-@pytest.mark.parametrize("cm", STREAM_MODELS, ids=["7b", "70b-tp4-overheads", "70b-fp8", "8b-untiled", "moe",
-                                                   "profile"])
+@pytest.mark.parametrize("cm", STREAM_MODELS, ids=STREAM_IDS)
 @settings(max_examples=80, deadline=None)
 @given(ctx=st.lists(st.integers(1, 4096), min_size=1, max_size=160),
        chunks=st.lists(st.tuples(st.integers(0, 2048), st.integers(0, 4000)), min_size=1, max_size=3))
@@ -100,8 +107,7 @@ def test_a_two_stream_mixed_cost_equals_step_cost(cm, ctx, chunks):
     assert list(fast.breakdown) == list(slow.breakdown)
 
 
-@pytest.mark.parametrize("cm", STREAM_MODELS, ids=["7b", "70b-tp4-overheads", "70b-fp8", "8b-untiled", "moe",
-                                                   "profile"])
+@pytest.mark.parametrize("cm", STREAM_MODELS, ids=STREAM_IDS)
 @settings(max_examples=80, deadline=None)
 @given(ctx=st.lists(st.integers(0, 4096), min_size=1, max_size=300), prompt=st.integers(1, 8192),
        cached=st.integers(0, 4096))

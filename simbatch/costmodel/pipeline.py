@@ -73,6 +73,9 @@ class PipelineCostModel(PricedByWork):
         self.model, self.gpu, self.tensor_parallel = model, gpu, tensor_parallel
         self.stages, self.micro_batches = stages, micro_batches or stages
         self.schedule = schedule
+        if params.get("launch_floor_s"):
+            raise SimbatchError("engine.launch_s", "a launch floor is not priced for pipeline-parallel "
+                                                   "replicas (cluster.pipeline_parallel > 1)")
         self.whole = RooflineCostModel(model, gpu, tensor_parallel, **params)  # overhead, counts
         kernels_only = {**params, "step_overhead_s": 0.0, "per_seq_overhead_s": 0.0, "per_token_overhead_s": 0.0}
         self.layers = stage_layers(model.num_layers, stages)

@@ -95,6 +95,7 @@ class ProfileCostModel(PricedByWork):
         overhead.update(fitted.overhead or {})
         overhead.update(engine or {})
         self._overhead = overhead
+        self._floor = overhead.get("launch_floor_s", 0.0)  # an engine's launch floor (roofline.DEFAULT_PARAMS)
         self._roof = RooflineCostModel(self.model, self.gpu, self.tensor_parallel,
                                        **self.fallback_efficiency, **overhead)
         m = self.model
@@ -189,6 +190,8 @@ class ProfileCostModel(PricedByWork):
             bd["experts"] = lin[3]
             if lin[4] is not None:
                 bd["all_to_all"] = lin[4]
+        if self._floor:
+            bd["launch_wait"] = self.launch_wait(sum(v for k, v in bd.items() if k != "overhead"))
         flops, nbytes = self._roof.counts(kept)
         return StepCost(sum(bd.values()), bd, flops, nbytes)
 
@@ -206,7 +209,8 @@ class ProfileCostModel(PricedByWork):
         time of ``work``, split by the roofline's ratio of compute to memory time (the
         roofline says which resource binds and by how much; the measurement says how long)."""
         cost = self.price(work, work, 0)
-        kernels = cost.seconds - cost.breakdown["allreduce"] - cost.breakdown["overhead"]
+        kernels = (cost.seconds - cost.breakdown["allreduce"] - cost.breakdown["overhead"]
+                   - cost.breakdown.get("launch_wait", 0.0))
         if self._moe:
             kernels -= cost.breakdown.get("all_to_all", 0.0)
         c, m = self._roof.bounds(work)

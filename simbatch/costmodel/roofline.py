@@ -5,7 +5,7 @@ attention, decode attention, a mixture's routed experts) takes ``max(FLOPs /
 effective peak, bytes / effective bandwidth)``; tensor-parallel all-reduces (and,
 under expert parallelism with ``all2all`` dispatch, the MoE layers' all-to-alls)
 and a fixed CPU overhead are added on top. Kernels run one after another, so the
-parts add up.
+parts add up; an eager engine's kernels take at least its launch floor (``launch_floor_s``).
 
 Everything that does not depend on the plan is precomputed per GPU for the
 whole model in ``__init__``; :meth:`RooflineCostModel.step_cost` only takes a
@@ -80,6 +80,13 @@ DEFAULT_PARAMS: dict[str, float] = {
     # Engine CPU time per token of the step (building per-token input lists, as
     # vLLM v0 did in Python); a serving engine's preset sets it (simbatch.engines).
     "per_token_overhead_s": 0.0,
+    # The least time a step's kernels take: the CPU's time to issue them. An eager engine
+    # (PyTorch without CUDA graphs, a Python call per layer and operator) launches kernels
+    # asynchronously, so the GPU waits for the CPU only while its kernels are shorter than
+    # that: a step costs max(kernels, launch_floor_s) + overhead, the difference shown as
+    # "launch_wait". 0 (the default): not modelled (CUDA graphs, or kernels that always take
+    # longer). A serving engine's preset sets it (simbatch.engines: sarathi-serve).
+    "launch_floor_s": 0.0,
 }
 _EFFICIENCIES = ("compute_eff", "bw_eff", "attn_compute_eff", "attn_bw_eff", "allreduce_eff")
 
@@ -92,10 +99,17 @@ class PricedByWork:
     bit-identical to pricing the plans themselves.
     """
 
+    _floor = 0.0  # launch_floor_s (DEFAULT_PARAMS): the least seconds a step's kernels take
+
     def price(self, work: StepWork, kept: StepWork, live: int) -> StepCost:
         """The cost of a step computing ``work``, of which ``kept`` is not padding, over
         ``live`` non-padding slots."""
         raise NotImplementedError
+
+    def launch_wait(self, kernels: float) -> float:
+        """Seconds the GPU waits for the CPU to issue a step whose kernels take ``kernels``
+        (``launch_floor_s`` in ``DEFAULT_PARAMS``); every pricing path uses this one expression."""
+        return self._floor - kernels if kernels < self._floor else 0.0
 
     def overhead(self, work: StepWork, live: int) -> float:
         """The step's CPU-side seconds (``price``'s ``overhead`` part) for ``work`` over
@@ -140,7 +154,7 @@ class PricedByWork:
         for work, _, _ in parts:
             c, m = self.bounds(work)
             compute, memory = compute + c, memory + m
-        fixed = ("allreduce", "all_to_all", "overhead")
+        fixed = ("allreduce", "all_to_all", "overhead", "launch_wait")
         own = [sum(v for k, v in c.breakdown.items() if k not in fixed) for c in costs]
         overlapped = max(compute, memory, max(own))
         bd: dict[str, float] = {}
@@ -150,6 +164,9 @@ class PricedByWork:
         whole = reduce(add_work, (part[0] for part in parts))
         bd["overhead"] = self.overhead(whole, sum(part[2] for part in parts))
         bd["stream_overlap"] = overlapped - sum(own)  # <= 0: time the streams hide
+        if self._floor:  # the whole step's kernels against the floor, not each part's
+            bd.pop("launch_wait", None)
+            bd["launch_wait"] = self.launch_wait(sum(v for k, v in bd.items() if k != "overhead"))
         return StepCost(sum(bd.values()), bd, sum(c.useful_flops for c in costs),
                         sum(c.useful_bytes for c in costs))
 
@@ -236,6 +253,7 @@ class RooflineCostModel(PricedByWork):
         if _dequantises(m, g):  # weight-only kernels (Marlin) tile tokens by 16, built for small batches
             self._tile = min(self._tile, MARLIN_TILE_TOKENS)
         self._ramp = p["gemm_ramp_tokens"]
+        self._floor = p["launch_floor_s"]
         # What a faster (FP8 / INT8) tensor-core rate does not speed up (0 at the 16-bit rate).
         self._lin_fixed_tok = quantized_kept_seconds(m, g, tp, p)
         self._moe = m.is_moe
@@ -312,6 +330,8 @@ class RooflineCostModel(PricedByWork):
             bd["experts"] = max(self._expert_bounds(tokens))
             if self._a2a:
                 bd["all_to_all"] = self._all_to_all_seconds(tokens)
+        if self._floor:
+            bd["launch_wait"] = self.launch_wait(sum(v for k, v in bd.items() if k != "overhead"))
         flops, nbytes = self.counts(kept)
         return StepCost(sum(bd.values()), bd, flops, nbytes)
 
@@ -384,7 +404,11 @@ class RooflineCostModel(PricedByWork):
         nbytes += lm_bytes
         bd = {"linear": lin, "lm_head": lm, "attn_prefill": attn_p, "attn_decode": attn_d, "allreduce": ar,
               "overhead": over}
-        return StepCost(lin + lm + attn_p + attn_d + ar + over, bd, float(part_flops + attn_flops), float(nbytes))
+        seconds = lin + lm + attn_p + attn_d + ar + over
+        if self._floor:
+            bd["launch_wait"] = wait = self.launch_wait(lin + lm + attn_p + attn_d + ar)
+            seconds += wait
+        return StepCost(seconds, bd, float(part_flops + attn_flops), float(nbytes))
 
     def overhead(self, work: StepWork, live: int) -> float:
         p = self.params  # (_two_stream_cost writes this formula out too: one call less a step)
@@ -444,7 +468,11 @@ class RooflineCostModel(PricedByWork):
         overlap = max(compute, memory, max(own_d, own_p)) - (own_d + own_p)
         bd = {"linear": linear, "lm_head": lm_head, "attn_prefill": attn_p, "attn_decode": attn_d,
               "allreduce": ar, "overhead": over, "stream_overlap": overlap}
-        return StepCost(linear + lm_head + attn_p + attn_d + ar + over + overlap, bd, flops, nbytes + nbytes_p)
+        seconds = linear + lm_head + attn_p + attn_d + ar + over + overlap
+        if self._floor:
+            bd["launch_wait"] = wait = self.launch_wait(linear + lm_head + attn_p + attn_d + ar + overlap)
+            seconds += wait
+        return StepCost(seconds, bd, flops, nbytes + nbytes_p)
 
     def _count_terms(self, tokens: int, rows: int) -> tuple:
         """The terms of a micro-batch of ``tokens`` tokens (> 0) and ``rows`` logit rows (> 0)
@@ -482,7 +510,10 @@ class RooflineCostModel(PricedByWork):
         ar = S * self._ar_tok + self._ar_fixed
         over = self.overhead(decode_work(S, 0), n)  # S tokens over n live sequences
         # price(): sum(bd.values()) = 0 + linear + lm_head + attn_prefill (0.0) + attn_decode + ...
-        seconds = (self._linear_seconds(S) + lm + 0.0) + attn + ar + over
+        kernels = (self._linear_seconds(S) + lm + 0.0) + attn + ar
+        seconds = kernels + over
+        if self._floor:  # launch_wait(), elementwise
+            seconds = seconds + np.where(kernels < self._floor, self._floor - kernels, 0.0)
         kept = n * ctx + n  # the live rows' pairs and KV tokens (counts on the kept work)
         flops = (n * self._lin_flops_tok + n * self._lm_flops_row) + kept * self._attn_flops_pair_dec
         nbytes = ((kept * self._attn_kv_tok + n * self._attn_q_tok_dec)

@@ -73,6 +73,7 @@ def build_drafter(drafter_spec, gpu, tensor_parallel: int, target_params: dict,
     is a roofline (else the defaults) and ``pass_overhead_s`` as its only overhead."""
     if drafter_spec is None:
         return None
-    params = {k: v for k, v in target_params.items() if not k.endswith("overhead_s")}
+    # The target engine's CPU terms are not the drafter's (its launch floor: a pass of its own layers).
+    params = {k: v for k, v in target_params.items() if not k.endswith("overhead_s") and k != "launch_floor_s"}
     params.update(step_overhead_s=pass_overhead_s, per_seq_overhead_s=0.0, per_token_overhead_s=0.0)
     return RooflineCostModel(drafter_spec, gpu, tensor_parallel, **params)
