@@ -106,6 +106,16 @@ PRESETS: dict[str, dict] = {
     "vllm-0.19": {"profile_activations": True, "rope_cache": True, "non_torch_gib": V1_NON_TORCH_INCREASE_GIB},
     "distserve": {"step_s": 4.52e-3, "per_seq_s": 1.70e-4, "per_token_s": 8.81e-6, "request_s": 1.10e-2,
                   "reserve_fraction": 0.01},
+    # Sarathi-Serve (OSDI'24; github.com/microsoft/sarathi-serve at ceaa066, osdi-sarathi-serve),
+    # the research engine behind shared/measured/sarathi-serve-a100: eager PyTorch (no CUDA graph
+    # in sarathi/), a Python call per layer and operator, every step a Ray call to the workers
+    # (BaseLLMEngine.step -> _run_workers -> ray.get). launch_s: the CPU's time to issue one
+    # forward, which the GPU waits out when its kernels are shorter (decode) and hides behind
+    # them otherwise (prefill chunks); step_s / per_seq_s: the CPU work serial with the GPU.
+    # Fitted by calibration/fit_sarathi_engine.py on figure 2 (Yi-34B TP2, A100-80GB PCIe, the
+    # roofline at its defaults); table 2 and figure 9 held out (benchmarks/bench_chunking.py).
+    # The memory rule is not modelled (none of its runs records a block count).
+    "sarathi-serve": {"launch_s": 4.17e-2, "step_s": 6.36e-3, "per_seq_s": 1.19e-3},
 }
 
 
@@ -152,6 +162,9 @@ class EngineParams:
     per_seq_s: float | None = None
     per_token_s: float | None = None
     request_s: float = 0.0  # front end: client send -> scheduler (HTTP, tokeniser, process hops)
+    # The CPU's time to issue a step's kernels (eager engines): the step's kernels take at least
+    # this long (the cost model's launch_floor_s; 0: not modelled).
+    launch_s: float = 0.0
     profile_activations: bool = False
     non_torch_gib: float = 0.0  # memory outside PyTorch the engine counts (CUDA context, NCCL, ...)
     graph_gib: float = 0.0  # CUDA-graph memory the engine deducts before sizing the pool
@@ -173,11 +186,13 @@ class EngineParams:
         return any(getattr(self, k) is not None for k in OVERHEAD_TERMS)
 
     def overhead_params(self) -> dict[str, float]:
-        """The cost model parameters these terms set (missing terms are 0)."""
+        """The cost model parameters these terms set (missing terms are 0; the launch floor only
+        where set)."""
+        launch = {"launch_floor_s": self.launch_s} if self.launch_s else {}
         if not self.has_overhead:
-            return {}
+            return launch
         return {"step_overhead_s": self.step_s or 0.0, "per_seq_overhead_s": self.per_seq_s or 0.0,
-                "per_token_overhead_s": self.per_token_s or 0.0}
+                "per_token_overhead_s": self.per_token_s or 0.0, **launch}
 
     def describe(self) -> dict:
         """Every field, for ``summary.json``."""
@@ -234,7 +249,7 @@ def profiling_peak_bytes(model: ModelSpec, tensor_parallel: int, tokens: int, se
 
 
 def parse_engine(spec, where: str) -> EngineParams:
-    """``engine:`` as a preset name or ``{preset, step_s, per_seq_s, per_token_s, request_s,
+    """``engine:`` as a preset name or ``{preset, step_s, per_seq_s, per_token_s, request_s, launch_s,
     profile_activations, non_torch_gib, graph_gib, rope_cache, reserve_fraction}``; fields given override the
     preset's."""
     if spec is None:
