@@ -21,7 +21,7 @@ from simbatch.costmodel.pipeline import SCHEDULES
 from simbatch.errors import SimbatchError
 from simbatch.links import Link, get_link
 from simbatch.models import EXPERT_DISPATCHES
-from simbatch.params import parse_params, require
+from simbatch.params import MAX_MICRO_BATCHES, MAX_REPLICAS, parse_params, require
 from simbatch.policies import PolicySpec, parse_policy_spec
 
 LAYOUTS = ("colocated", "disaggregated")
@@ -62,12 +62,17 @@ class PoolParams:
 
     def __post_init__(self):
         require(self.replicas >= 1, "replicas", "must be >= 1")
+        require(self.replicas <= MAX_REPLICAS, "replicas", f"must be at most {MAX_REPLICAS:,} (every replica's engine "
+                                                           f"is built before the first step), got {self.replicas:,}")
         require(self.expert_dispatch in (None, *EXPERT_DISPATCHES), "expert_dispatch",
                 f"unknown dispatch {self.expert_dispatch!r}; allowed: {', '.join(EXPERT_DISPATCHES)}")
         require(self.tensor_parallel is None or self.tensor_parallel >= 1, "tensor_parallel", "must be >= 1")
         require(self.pipeline_parallel is None or self.pipeline_parallel >= 1, "pipeline_parallel", "must be >= 1")
         require(self.micro_batches is None or self.micro_batches >= 0, "micro_batches",
                 "must be >= 0 (0: one per pipeline stage)")
+        require(self.micro_batches is None or self.micro_batches <= MAX_MICRO_BATCHES, "micro_batches",
+                f"must be at most {MAX_MICRO_BATCHES:,} (a micro-batch holds at least one of the sequences a step "
+                f"runs), got {self.micro_batches!r}")
         require(self.pipeline_schedule in (None, *SCHEDULES), "pipeline_schedule",
                 f"unknown schedule {self.pipeline_schedule!r}; allowed: {', '.join(SCHEDULES)}")
         require(self.policy is None or isinstance(self.policy, dict), "policy",

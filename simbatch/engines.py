@@ -41,6 +41,7 @@ import math
 from dataclasses import dataclass, fields, replace
 
 from simbatch.errors import SimbatchError
+from simbatch.horizon import MAX_STEP_S, MAX_TIME_S
 from simbatch.models import ModelSpec
 
 GiB = 1 << 30
@@ -271,14 +272,41 @@ def parse_engine(spec, where: str) -> EngineParams:
     return replace(EngineParams(preset=preset), **values)
 
 
+# Bounds on the engine's figures, so that simulated time stays within its horizon
+# (simbatch.horizon). Each time term (a field in seconds, named *_s) is a fixed cost a step
+# (or, request_s, a request's latency) pays per step, sequence or token: at most MAX_STEP_S
+# (1,000 s, a million steps of which fill the horizon; the fitted presets' are milliseconds).
+# request_s of 1e300 gave a TTFT of 1e303 ms and a TPOT of 0.0 ms (every later figure rounded
+# away). A memory term over MAX_HELD_GIB (thousands of times the largest GPU's 256 GiB) holds
+# back more than any GPU has (1e300 GiB made the KV pool NaN).
+MAX_HELD_GIB = 1e6
+_MEMORY_TERMS = ("non_torch_gib", "graph_gib")
+
+
 def _check(key: str, value, where: str) -> None:
+    """One field of ``engine:``: true/false for the switches, else a number >= 0 within its
+    bound (above)."""
     if key in ("profile_activations", "rope_cache"):
         if not isinstance(value, bool):
             raise SimbatchError(where, f"expected true or false, got {value!r}")
         return
     if value is None and key in OVERHEAD_TERMS:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise SimbatchError(where, f"expected a finite number >= 0, got {value!r}")
+    # 0 <= value < inf, not math.isfinite: an integer past a float's range must not overflow
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise SimbatchError(where, f"expected a finite number >= 0, got {_short(value)}")
+    if key.endswith("_s") and value > MAX_STEP_S:
+        raise SimbatchError(where, f"expected at most {MAX_STEP_S:,.0f} s (a million such steps fill simulated "
+                                   f"time's horizon of {MAX_TIME_S:.0e} s), got {_short(value)}")
+    if key in _MEMORY_TERMS and value > MAX_HELD_GIB:
+        raise SimbatchError(where, f"expected at most {MAX_HELD_GIB:,.0f} GiB (thousands of times any GPU's "
+                                   f"memory), got {_short(value)}")
     if key == "reserve_fraction" and value >= 1:
         raise SimbatchError(where, f"expected a share of the GPU's memory below 1, got {value!r}")
+
+
+def _short(value) -> str:
+    """A value for a message: an integer too long to print whole by its size in bits."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value)

@@ -128,6 +128,18 @@ GPU_PRESETS: dict[str, GPUSpec] = {
 }
 
 _ZERO_FIELDS = ("link_latency_s", "fp8_flops", "int8_flops")  # may be 0
+# Bounds on a custom GPU's figures, so that simulated time stays within its horizon
+# (simbatch.horizon): a step's seconds are bytes and FLOPs over these rates, plus latencies.
+# No rate below the slowest preset's / 1000 and no latency above the slowest preset's x 1000:
+# a step then takes at most a thousand times what it takes on the slowest real GPU here
+# (milliseconds to seconds), and a million such steps stay within the horizon (peak_flops
+# 1e-300 made a step's seconds infinite). No memory above the largest preset's x 1000
+# (256 TiB): 1e308 bytes sized a KV cache of a 309-digit block count.
+_SLACK = 1000
+_RATES = ("hbm_bandwidth", "peak_flops", "link_bandwidth", "fp8_flops", "int8_flops")
+_LOWEST = {k: min(v for g in GPU_PRESETS.values() if (v := getattr(g, k)) > 0) / _SLACK for k in _RATES}
+_HIGHEST = {k: max(getattr(g, k) for g in GPU_PRESETS.values()) * _SLACK
+            for k in ("memory_bytes", "link_latency_s")}
 
 
 def get_gpu(name_or_dict: str | dict | GPUSpec, where: str = "gpu") -> GPUSpec:
@@ -156,4 +168,19 @@ def _check_field(key: str, value, where: str):
         raise SimbatchError(where, f"must be a number, got {value!r}")
     if value < 0 or (value == 0 and key not in _ZERO_FIELDS) or value == float("inf"):
         raise SimbatchError(where, f"must be positive and finite, got {value!r}")
+    if isinstance(value, int) and value.bit_length() > 1023:  # beyond a float: every division overflows
+        raise SimbatchError(where, f"must be positive and finite, got an integer of {value.bit_length()} bits")
+    _check_bounds(key, value, where)
     return value
+
+
+def _check_bounds(key: str, value: float, where: str) -> None:
+    """Refuse a figure beyond a thousand times the real GPUs' (see ``_SLACK``); 0 passes where
+    allowed (no FP8 or INT8 tensor cores, a free link)."""
+    if key in _LOWEST and 0 < value < _LOWEST[key]:
+        raise SimbatchError(where, f"must be at least {_LOWEST[key]:.3g} (the slowest preset's / {_SLACK}; "
+                                   f"a step would take over {_SLACK} times as long as on any real GPU), "
+                                   f"got {value!r}")
+    if key in _HIGHEST and value > _HIGHEST[key]:
+        raise SimbatchError(where, f"must be at most {_HIGHEST[key]:.3g} (the largest preset's x {_SLACK}), "
+                                   f"got {value!r}")

@@ -15,6 +15,15 @@ import typing
 from simbatch.errors import SimbatchError
 
 MAX_INTEGER = 2**53  # the largest integer knob accepted (floats hold every integer up to it)
+# Bounds on a cluster's sizes, checked by simbatch.scenario.ClusterParams (and its replica
+# groups) and simbatch.disaggregation_params.PoolParams, which both read them here:
+# - replicas: every replica's engine is built before the first step (a million took minutes
+#   and gigabytes with nothing simulated); 10,000 is ten times capacity's search limit.
+# - micro_batches: a micro-batch holds at least one sequence, and no engine steps more than
+#   1,024 (vLLM V1's largest default max_num_seqs); past that each extra one only re-reads its
+#   stage's weights, so a step's seconds grow without meaning (a million: a TTFT of 433,000 s).
+MAX_REPLICAS = 10_000
+MAX_MICRO_BATCHES = 1024
 
 
 def _coerce(value, typ, where: str):

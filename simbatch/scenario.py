@@ -25,7 +25,7 @@ from simbatch.hardware import GPUSpec, get_gpu
 from simbatch.models import EXPERT_DISPATCHES, ModelSpec, get_model
 from simbatch.quantization import apply_quantization
 from simbatch.speculative import SpeculativeParams, drafter_model, parse_speculative
-from simbatch.params import parse_params, require
+from simbatch.params import MAX_MICRO_BATCHES, MAX_REPLICAS, parse_params, require
 from simbatch.policies import PolicySpec, parse_policy, parse_policy_spec
 from simbatch.yamlio import compose, load_yaml, read_text, safe_load
 
@@ -58,6 +58,8 @@ class ReplicaGroup:
 
     def __post_init__(self):
         require(self.count >= 1, "count", "must be >= 1")
+        require(self.count <= MAX_REPLICAS, "count", f"must be at most {MAX_REPLICAS:,} (every replica's engine is "
+                                                     f"built before the first step), got {self.count:,}")
         require(self.tensor_parallel is None or self.tensor_parallel >= 1, "tensor_parallel", "must be >= 1")
         require(self.policy is None or isinstance(self.policy, dict), "policy",
                 "must be a mapping, e.g. {kind: continuous, max_num_seqs: 64}")
@@ -107,11 +109,17 @@ class ClusterParams:
     redundant_experts: int = 0
 
     def __post_init__(self):
+        # Sizes bounded where simbatch.params says why (replicas built up front; micro-batches
+        # beyond the sequences a step holds); redundant experts by the model (apply_expert_layout).
         require(self.replicas >= 1, "replicas", "must be >= 1")
+        require(self.replicas <= MAX_REPLICAS, "replicas", f"must be at most {MAX_REPLICAS:,} (every replica's engine "
+                                                           f"is built before the first step), got {self.replicas:,}")
         require(self.redundant_experts >= 0, "redundant_experts", "must be >= 0")
         require(self.tensor_parallel >= 1, "tensor_parallel", "must be >= 1")
         require(self.pipeline_parallel >= 1, "pipeline_parallel", "must be >= 1")
         require(self.micro_batches >= 0, "micro_batches", "must be >= 0 (0: one per pipeline stage)")
+        require(self.micro_batches <= MAX_MICRO_BATCHES, "micro_batches", f"must be at most {MAX_MICRO_BATCHES:,} (a "
+                f"micro-batch holds at least one of the sequences a step runs), got {self.micro_batches:,}")
         require(self.pipeline_schedule in SCHEDULES, "pipeline_schedule",
                 f"unknown schedule {self.pipeline_schedule!r}; allowed: {', '.join(SCHEDULES)}")
         require(self.expert_dispatch in EXPERT_DISPATCHES, "expert_dispatch",

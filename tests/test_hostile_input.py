@@ -312,6 +312,125 @@ def test_a_model_size_no_real_model_comes_near_is_one_line(tmp_path, capsys, sou
     assert "must be at most 1,000,000,000 (no real model comes near)" in err
 
 
+# --- Tracebacks and silent nonsense (issue 33 §2) ----------------------------------------------------
+# Each case: exit code 2, one stderr line naming the scenario file (and the config.json, if one) and
+# the field, and no output folder; before, a traceback, a hang or a run that exited 0 with nonsense.
+
+HF_CONFIGS = ROOT / "simbatch" / "data" / "hf_configs"
+
+
+def one_line_error(tmp_path: Path, capsys, scenario: str, *settings: str) -> str:
+    """``simbatch run SCENARIO --set S ...`` into ``tmp_path/out``: exit code 2, one line on
+    stderr, nothing written; that line."""
+    out = tmp_path / "out"
+    code = main(["run", scenario, *[a for s in settings for a in ("--set", s)], "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("simbatch: error: "), (code, err)
+    assert not out.exists()
+    return err[0]
+
+
+def config_file(tmp_path: Path, text: str | None = None, **changes) -> Path:
+    """The shipped Mixtral-8x7B config.json with ``changes`` (None drops a key), or ``text``."""
+    config = json.loads((HF_CONFIGS / "mixtral-8x7b.json").read_text())
+    config.update(changes)
+    path = tmp_path / "c.json"
+    path.write_text(text if text is not None else json.dumps({k: v for k, v in config.items() if v is not None}))
+    return path
+
+
+# Types: a list or a mapping where a name goes (``value in {...}``: TypeError: unhashable type).
+@pytest.mark.parametrize("setting, field", [
+    ("quantization={weights: [fp8]}", "quantization.weights"),
+    ("quantization={kv_cache: {a: 1}}", "quantization.kv_cache"),
+    ("engine={preset: [vllm-0.8]}", "engine.preset"),
+], ids=["weights", "kv_cache", "engine preset"])
+def test_a_list_or_mapping_where_a_name_goes_is_one_line(tmp_path, capsys, setting, field):
+    err = one_line_error(tmp_path, capsys, "classroom", setting)
+    assert f"classroom.yaml: {field} (from --set " in err, err
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"torch_dtype": ["bfloat16"]}, "torch_dtype"),
+    ({"torch_dtype": {"a": 1}}, "torch_dtype"),
+    ({"architectures": None, "model_type": ["mixtral"]}, "model_type"),
+    ({"architectures": None, "model_type": {}}, "model_type"),
+    ({"quantization_config": {"quant_method": "gptq", "bits": [4]}}, "quantization_config.bits"),
+    ({"quantization_config": {"quant_method": "awq", "bits": {"a": 4}}}, "quantization_config.bits"),
+], ids=["dtype list", "dtype mapping", "model_type list", "model_type mapping", "bits list", "bits mapping"])
+def test_a_config_json_with_a_list_or_mapping_where_a_name_goes_is_one_line(tmp_path, capsys, changes, field):
+    path = config_file(tmp_path, **changes)
+    err = one_line_error(tmp_path, capsys, "classroom", f"model={{config: {path}}}")
+    assert f"classroom.yaml: model.config.{field} (from --set model): " in err and f"(in {path})" in err, err
+
+
+# Depth and size in config.json: the parser's recursion limit (100,000 nested arrays in an ignored
+# field: RecursionError) and integer size limit (more than 4,300 digits: ValueError), and a field
+# no model comes near (vocab_size 10**400: OverflowError in the roofline).
+@pytest.mark.parametrize("junk, cause", [
+    ("[" * 100_000 + "]" * 100_000, "nests arrays or objects too deeply to read"),
+    ("1" * 5000, "holds a number too long to read"),
+], ids=["deep", "digits"])
+def test_a_config_json_the_parser_refuses_is_one_line_naming_it(tmp_path, capsys, junk, cause):
+    text = (HF_CONFIGS / "mixtral-8x7b.json").read_text().rstrip().removesuffix("}") + f', "junk": {junk}}}'
+    path = config_file(tmp_path, text)
+    err = one_line_error(tmp_path, capsys, "classroom", f"model={{config: {path}}}")
+    assert f"classroom.yaml: model.config (from --set model): {path} {cause}" in err, err
+
+
+@pytest.mark.parametrize("source", ["config", "mapping"])
+def test_a_model_size_no_real_model_comes_near_is_one_line(tmp_path, capsys, source):
+    if source == "config":
+        path = config_file(tmp_path, vocab_size=10**400)
+        err = one_line_error(tmp_path, capsys, "classroom", f"model={{config: {path}}}")
+        assert f"model.config.vocab_size (from --set model): " in err and f"(in {path})" in err, err
+    else:
+        err = one_line_error(tmp_path, capsys, "classroom", f"model={{base: llama-2-7b, vocab_size: {10**400}}}")
+        assert "model.vocab_size (from --set model): " in err, err
+    assert "must be at most 1,000,000,000 (no real model comes near)" in err
+
+
+# Figures that make a step infinite or lose all precision: every figure that reaches a step's
+# seconds is bounded at load so that simulated time stays within its horizon (simbatch.horizon).
+FIGURES = {
+    "peak_flops 1e-300": ("classroom", "hardware={base: a100-80gb, peak_flops: 1e-300}", "hardware.peak_flops"),
+    "hbm_bandwidth 10**400": ("classroom", f"hardware={{base: a100-80gb, hbm_bandwidth: {10**400}}}",
+                              "hardware.hbm_bandwidth"),
+    "link_latency_s 1e300": ("classroom", "hardware={base: a100-80gb, link_latency_s: 1e300}",
+                             "hardware.link_latency_s"),
+    "memory_bytes 1e308": ("classroom", "hardware={base: a100-80gb, memory_bytes: 1e308}", "hardware.memory_bytes"),
+    "request_s 1e300": ("classroom", "engine={request_s: 1e300}", "engine.request_s"),
+    "step_s 1e300": ("classroom", "engine={step_s: 1e300}", "engine.step_s"),
+    "per_token_s 10**400": ("classroom", f"engine={{per_token_s: {10**400}}}", "engine.per_token_s"),
+    "non_torch_gib 1e300": ("classroom", "engine={non_torch_gib: 1e300}", "engine.non_torch_gib"),
+    "routing_skew 1e5": ("moe_chat", "model={base: mixtral-8x7b, routing_skew: 1e5}", "model.routing_skew"),
+    "micro_batches 1e6": ("classroom", "cluster={pipeline_parallel: 2, micro_batches: 1000000}",
+                          "cluster.micro_batches"),
+    "a pool's micro_batches 1e6": ("disaggregated", "disaggregation.decode.micro_batches=1000000",
+                                   "disaggregation.decode.micro_batches"),
+}
+
+
+@pytest.mark.parametrize("scenario, setting, field", list(FIGURES.values()), ids=list(FIGURES))
+def test_a_figure_that_would_break_a_steps_seconds_is_one_line(tmp_path, capsys, scenario, setting, field):
+    small = [] if scenario == "classroom" else ["workload.synthetic.num_requests=40"]
+    err = one_line_error(tmp_path, capsys, scenario, *small, setting)
+    assert f"{scenario}.yaml: {field} (from --set " in err, err
+
+
+@pytest.mark.parametrize("scenario, setting", [
+    ("classroom", "hardware={base: a10g, peak_flops: 7.0e10, hbm_bandwidth: 3.0e8}"),  # the slowest / 1000
+    ("classroom", "hardware={base: mi325x, memory_bytes: 2.0e14, link_latency_s: 0.03}"),
+    ("classroom", "engine={step_s: 1000, per_seq_s: 1000, per_token_s: 1000, request_s: 1000}"),
+    ("moe_chat", "model={base: mixtral-8x7b, routing_skew: 100}"),
+    ("classroom", "cluster={pipeline_parallel: 2, micro_batches: 1024, replicas: 10000}"),
+], ids=["slow GPU", "large GPU", "slow engine", "skewed routing", "large cluster"])
+def test_figures_at_the_bounds_still_load(scenario, setting):
+    from simbatch.scenario import load_scenario
+
+    load_scenario(scenario, [setting])
+
+
 # --- Docs vs code (issue 33) -------------------------------------------------------------------------
 
 def speculative_scenario(draft_model) -> dict:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from simbatch.errors import SimbatchError
+from simbatch.horizon import MAX_TIME_S  # simulated time's horizon (1e9 s)
 import simbatch.workload.transforms as transforms
 from simbatch.workload.readers import read_trace
 from simbatch.workload.tracepath import trace_path
@@ -53,11 +54,6 @@ def build_workload(spec: dict, *, base_dir: Path, seed: int, where: str) -> Work
     else:
         w = _from_requests(spec["requests"], f"{where}.requests")
     return check_time_span(_apply_options(w, spec, where), where)
-
-
-# Simulated time is a float of seconds: at t its resolution is about t x 2.2e-16, so beyond
-# 1e9 s (32 years) a microsecond-scale step or gap would be rounded away and latencies read 0.
-MAX_TIME_S = 1e9
 
 
 def check_time_span(w: Workload, where: str) -> Workload:
