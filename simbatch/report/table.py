@@ -166,6 +166,8 @@ def format_summary(summary: dict, title: str) -> str:
         ms = {k: 1e3 * (engine.get(k) or 0.0) for k in ("step_s", "per_seq_s", "request_s")}
         tail.append(f"engine        {engine.get('preset')}: {ms['step_s']:.3g} ms/step + {ms['per_seq_s']:.3g} ms/seq"
                     f" + {1e6 * (engine.get('per_token_s') or 0.0):.3g} us/token, front end {ms['request_s']:.3g} ms"
+                    + (f", kernels at least {1e3 * engine['launch_s']:.3g} ms a step (launch)"
+                       if engine.get("launch_s") else "")
                     + (", KV less the profiling pass" if engine.get("profile_activations") else "")
                     + (f", KV less {100 * engine['reserve_fraction']:.3g} % of memory"
                        if engine.get("reserve_fraction") else ""))
