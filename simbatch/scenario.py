@@ -490,7 +490,21 @@ def apply_expert_layout(model: ModelSpec, cluster: ClusterParams, disaggregation
                                                       f"{model.num_experts} experts evenly over its GPUs")
     if not cluster.expert_parallel:
         return model
+    if cluster.eplb:
+        check_redundant_experts(model, max(tp for tp, _ in degrees.values()), source)
     return replace(model, expert_parallel=True, expert_dispatch=cluster.expert_dispatch)
+
+
+def check_redundant_experts(model: ModelSpec, gpus: int, source: str) -> None:
+    """Refuse more redundant experts than ``gpus`` (the largest expert-parallel group) can use:
+    with a copy of every expert on every GPU, one more copy balances nothing. The check comes
+    before EPLB's placement, which deals every copy to a GPU one by one (1e9 of them hung)."""
+    most = model.num_experts * (gpus - 1)
+    if model.redundant_experts > most:
+        raise SimbatchError(f"{source}: cluster.redundant_experts",
+                            f"must be at most {most:,} for {model.name}'s {model.num_experts} experts over {gpus} "
+                            f"GPUs (a copy of every expert on every GPU: {model.num_experts} x ({gpus} - 1)), "
+                            f"got {model.redundant_experts:,}")
 
 
 def pool_model(model: ModelSpec, cluster: ClusterParams, disaggregation, pool: str) -> ModelSpec:
@@ -526,6 +540,7 @@ def _data_parallel_attention(model: ModelSpec, cluster: ClusterParams, disaggreg
     if model.num_experts % gpus:
         raise SimbatchError(where, f"{cluster.replicas} replicas x tensor_parallel {cluster.tensor_parallel} = {gpus} "
                                    f"GPUs do not split {model.name}'s {model.num_experts} experts evenly")
+    check_redundant_experts(model, gpus, source)
     return replace(model, expert_parallel=True, expert_dispatch="all2all", attention_data_parallel=cluster.replicas)
 
 

@@ -234,136 +234,6 @@ def test_a_config_json_with_a_list_or_mapping_where_a_name_goes_is_one_line(tmp_
     assert f"classroom.yaml: model.config.{field} (from --set model): " in err and f"(in {path})" in err, err
 
 
-# --- Tracebacks and silent nonsense (issue 33 §2) ----------------------------------------------------
-# Each case: exit code 2, one stderr line naming the scenario file (and the config.json, if one) and
-# the field, and no output folder; before, a traceback, a hang or a run that exited 0 with nonsense.
-
-HF_CONFIGS = ROOT / "simbatch" / "data" / "hf_configs"
-
-
-def one_line_error(tmp_path: Path, capsys, scenario: str, *settings: str) -> str:
-    """``simbatch run SCENARIO --set S ...`` into ``tmp_path/out``: exit code 2, one line on
-    stderr, nothing written; that line."""
-    out = tmp_path / "out"
-    code = main(["run", scenario, *[a for s in settings for a in ("--set", s)], "--out", str(out)])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and err[0].startswith("simbatch: error: "), (code, err)
-    assert not out.exists()
-    return err[0]
-
-
-def config_file(tmp_path: Path, text: str | None = None, **changes) -> Path:
-    """The shipped Mixtral-8x7B config.json with ``changes`` (None drops a key), or ``text``."""
-    config = json.loads((HF_CONFIGS / "mixtral-8x7b.json").read_text())
-    config.update(changes)
-    path = tmp_path / "c.json"
-    path.write_text(text if text is not None else json.dumps({k: v for k, v in config.items() if v is not None}))
-    return path
-
-
-# Types: a list or a mapping where a name goes (``value in {...}``: TypeError: unhashable type).
-@pytest.mark.parametrize("setting, field", [
-    ("quantization={weights: [fp8]}", "quantization.weights"),
-    ("quantization={kv_cache: {a: 1}}", "quantization.kv_cache"),
-    ("engine={preset: [vllm-0.8]}", "engine.preset"),
-], ids=["weights", "kv_cache", "engine preset"])
-def test_a_list_or_mapping_where_a_name_goes_is_one_line(tmp_path, capsys, setting, field):
-    err = one_line_error(tmp_path, capsys, "classroom", setting)
-    assert f"classroom.yaml: {field} (from --set " in err, err
-
-
-@pytest.mark.parametrize("changes, field", [
-    ({"torch_dtype": ["bfloat16"]}, "torch_dtype"),
-    ({"torch_dtype": {"a": 1}}, "torch_dtype"),
-    ({"architectures": None, "model_type": ["mixtral"]}, "model_type"),
-    ({"architectures": None, "model_type": {}}, "model_type"),
-    ({"quantization_config": {"quant_method": "gptq", "bits": [4]}}, "quantization_config.bits"),
-    ({"quantization_config": {"quant_method": "awq", "bits": {"a": 4}}}, "quantization_config.bits"),
-], ids=["dtype list", "dtype mapping", "model_type list", "model_type mapping", "bits list", "bits mapping"])
-def test_a_config_json_with_a_list_or_mapping_where_a_name_goes_is_one_line(tmp_path, capsys, changes, field):
-    path = config_file(tmp_path, **changes)
-    err = one_line_error(tmp_path, capsys, "classroom", f"model={{config: {path}}}")
-    assert f"classroom.yaml: model.config.{field} (from --set model): " in err and f"(in {path})" in err, err
-
-
-# Depth and size in config.json: the parser's recursion limit (100,000 nested arrays in an ignored
-# field: RecursionError) and integer size limit (more than 4,300 digits: ValueError), and a field
-# no model comes near (vocab_size 10**400: OverflowError in the roofline).
-@pytest.mark.parametrize("junk, cause", [
-    ("[" * 100_000 + "]" * 100_000, "nests arrays or objects too deeply to read"),
-    ("1" * 5000, "holds a number too long to read"),
-], ids=["deep", "digits"])
-def test_a_config_json_the_parser_refuses_is_one_line_naming_it(tmp_path, capsys, junk, cause):
-    text = (HF_CONFIGS / "mixtral-8x7b.json").read_text().rstrip().removesuffix("}") + f', "junk": {junk}}}'
-    path = config_file(tmp_path, text)
-    err = one_line_error(tmp_path, capsys, "classroom", f"model={{config: {path}}}")
-    assert f"classroom.yaml: model.config (from --set model): {path} {cause}" in err, err
-
-
-@pytest.mark.parametrize("source", ["config", "mapping"])
-def test_a_model_size_no_real_model_comes_near_is_one_line(tmp_path, capsys, source):
-    if source == "config":
-        path = config_file(tmp_path, vocab_size=10**400)
-        err = one_line_error(tmp_path, capsys, "classroom", f"model={{config: {path}}}")
-        assert f"model.config.vocab_size (from --set model): " in err and f"(in {path})" in err, err
-    else:
-        err = one_line_error(tmp_path, capsys, "classroom", f"model={{base: llama-2-7b, vocab_size: {10**400}}}")
-        assert "model.vocab_size (from --set model): " in err, err
-    assert "must be at most 1,000,000,000 (no real model comes near)" in err
-
-
-# --- Tracebacks and silent nonsense (issue 33 §2) ----------------------------------------------------
-# Each case: exit code 2, one stderr line naming the scenario file (and the config.json, if one) and
-# the field, and no output folder; before, a traceback, a hang or a run that exited 0 with nonsense.
-
-HF_CONFIGS = ROOT / "simbatch" / "data" / "hf_configs"
-
-
-def one_line_error(tmp_path: Path, capsys, scenario: str, *settings: str) -> str:
-    """``simbatch run SCENARIO --set S ...`` into ``tmp_path/out``: exit code 2, one line on
-    stderr, nothing written; that line."""
-    out = tmp_path / "out"
-    code = main(["run", scenario, *[a for s in settings for a in ("--set", s)], "--out", str(out)])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and err[0].startswith("simbatch: error: "), (code, err)
-    assert not out.exists()
-    return err[0]
-
-
-def config_file(tmp_path: Path, text: str | None = None, **changes) -> Path:
-    """The shipped Mixtral-8x7B config.json with ``changes`` (None drops a key), or ``text``."""
-    config = json.loads((HF_CONFIGS / "mixtral-8x7b.json").read_text())
-    config.update(changes)
-    path = tmp_path / "c.json"
-    path.write_text(text if text is not None else json.dumps({k: v for k, v in config.items() if v is not None}))
-    return path
-
-
-# Types: a list or a mapping where a name goes (``value in {...}``: TypeError: unhashable type).
-@pytest.mark.parametrize("setting, field", [
-    ("quantization={weights: [fp8]}", "quantization.weights"),
-    ("quantization={kv_cache: {a: 1}}", "quantization.kv_cache"),
-    ("engine={preset: [vllm-0.8]}", "engine.preset"),
-], ids=["weights", "kv_cache", "engine preset"])
-def test_a_list_or_mapping_where_a_name_goes_is_one_line(tmp_path, capsys, setting, field):
-    err = one_line_error(tmp_path, capsys, "classroom", setting)
-    assert f"classroom.yaml: {field} (from --set " in err, err
-
-
-@pytest.mark.parametrize("changes, field", [
-    ({"torch_dtype": ["bfloat16"]}, "torch_dtype"),
-    ({"torch_dtype": {"a": 1}}, "torch_dtype"),
-    ({"architectures": None, "model_type": ["mixtral"]}, "model_type"),
-    ({"architectures": None, "model_type": {}}, "model_type"),
-    ({"quantization_config": {"quant_method": "gptq", "bits": [4]}}, "quantization_config.bits"),
-    ({"quantization_config": {"quant_method": "awq", "bits": {"a": 4}}}, "quantization_config.bits"),
-], ids=["dtype list", "dtype mapping", "model_type list", "model_type mapping", "bits list", "bits mapping"])
-def test_a_config_json_with_a_list_or_mapping_where_a_name_goes_is_one_line(tmp_path, capsys, changes, field):
-    path = config_file(tmp_path, **changes)
-    err = one_line_error(tmp_path, capsys, "classroom", f"model={{config: {path}}}")
-    assert f"classroom.yaml: model.config.{field} (from --set model): " in err and f"(in {path})" in err, err
-
-
 # Depth and size in config.json: the parser's recursion limit (100,000 nested arrays in an ignored
 # field: RecursionError) and integer size limit (more than 4,300 digits: ValueError), and a field
 # no model comes near (vocab_size 10**400: OverflowError in the roofline).
@@ -431,6 +301,34 @@ def test_figures_at_the_bounds_still_load(scenario, setting):
     load_scenario(scenario, [setting])
 
 
+# Hangs: a size checked before the work it sizes.
+def test_more_redundant_experts_than_gpus_can_hold_fail_before_placement(tmp_path, capsys, monkeypatch):
+    """``expert_parallel, eplb, redundant_experts=1000000000`` on moe_chat: nothing after 60 s
+    (EPLB's placement deals a billion copies one by one)."""
+    import simbatch.costmodel.routing as routing
+
+    monkeypatch.setattr(routing, "eplb_placement", lambda *a: pytest.fail("placed experts before checking them"))
+    err = one_line_error(tmp_path, capsys, "moe_chat", "workload.synthetic.num_requests=40",
+                         "cluster.expert_parallel=true", "cluster.eplb=true", "cluster.redundant_experts=1000000000")
+    assert err.endswith("moe_chat.yaml: cluster.redundant_experts (from --set cluster.redundant_experts): must be "
+                        "at most 8 for mixtral-8x7b's 8 experts over 2 GPUs (a copy of every expert on every GPU: "
+                        "8 x (2 - 1)), got 1,000,000,000"), err
+
+
+@pytest.mark.parametrize("scenario, setting, field", [
+    ("classroom", "cluster.replicas=1000000", "cluster.replicas"),
+    ("classroom", "cluster.replicas=[{count: 1000000}]", "cluster.replicas[0].count"),
+    ("disaggregated", "disaggregation.prefill.replicas=1000000", "disaggregation.prefill.replicas"),
+], ids=["replicas", "a group's count", "a pool's replicas"])
+def test_a_million_replicas_fail_before_they_are_built(tmp_path, capsys, monkeypatch, scenario, setting, field):
+    """A million replicas took minutes and gigabytes building their engines, with nothing simulated."""
+    import simbatch.runs as runs
+
+    monkeypatch.setattr(runs, "simulate", lambda *a, **k: pytest.fail("simulated before checking the size"))
+    err = one_line_error(tmp_path, capsys, scenario, setting)
+    assert f"{scenario}.yaml: {field} (from --set " in err and "must be at most 10,000" in err, err
+
+
 # --- Docs vs code (issue 33) -------------------------------------------------------------------------
 
 def speculative_scenario(draft_model) -> dict:
@@ -480,3 +378,4 @@ def test_report_md_shows_a_model_name_as_text_never_as_html(tmp_path, capsys):
 
     assert text("`<dir>` then <b> and <= 5") == "`<dir>` then \\<b> and <= 5"
     assert text("`<b>``") == "`\\<b>``"  # no code span: a lone backtick before a run of two
+
