@@ -13,10 +13,12 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from simbatch.errors import SimbatchError
 from simbatch.executors import ProcessExecutor
 from simbatch.metrics import comparison_table
 # One run's simulation and metrics live below this module (validation uses them too).
-from simbatch.runs import RunOutput, describe_run, run  # noqa: F401  (public names; describe_run for callers)
+# (public names; describe_run for callers)
+from simbatch.runs import RunOutput, check_scenario, describe_run, run  # noqa: F401
 from simbatch.scenario import Scenario, load_scenario
 
 if TYPE_CHECKING:  # pandas is imported where a table is built, never by ``simbatch run``
@@ -67,6 +69,53 @@ def compare_variants(scenario: Scenario, policies: list[str] | None, routers: li
     return rows
 
 
+def names_option(value, where: str) -> list[str] | None:
+    """A list option of :func:`compare` (``policies``, ``routers``, ``layouts``, ``variants``) as
+    a list, None when not given. As on the command line, a given empty list is an error, never
+    "all"; a lone string is one too (``policies='static'`` was iterated letter by letter)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise SimbatchError(where, f"expected a list of names, got the string {value!r}; for one, "
+                                   f"give [{value!r}]")
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise SimbatchError(where, f"expected a list of names (strings), got {value!r}")
+    if not value:
+        raise SimbatchError(where, "is empty; give at least one name, or leave it out (None) for the default")
+    return list(value)
+
+
+def check_compare(scenario: Scenario, policies=None, routers=None, layouts=None, variants=None,
+                  jobs=None, prefix: str = "") -> tuple:
+    """The options of :func:`compare`, checked by the rules ``simbatch compare`` applies (each
+    error names ``prefix`` + the option: ``--policies`` from the CLI, ``policies`` from Python):
+    lists of known policy kinds, routers, layouts and the scenario's variants, a worker count >= 1.
+    Returns ``(policies, routers, layouts, variants)`` as lists (None where not given)."""
+    from simbatch.disaggregation_params import LAYOUTS
+    from simbatch.executors import check_jobs
+    from simbatch.policies import policy_class
+    from simbatch.policies.routers import check_router
+
+    check_scenario(scenario)
+    check_jobs(jobs, f"{prefix}jobs")
+    kinds, routers, layouts, named = (names_option(v, f"{prefix}{k}") for k, v in (
+        ("policies", policies), ("routers", routers), ("layouts", layouts), ("variants", variants)))
+    for k in kinds or []:
+        policy_class({"kind": k}, f"{prefix}policies")
+    for r in routers or []:
+        check_router(r, f"{prefix}routers")
+    for name in layouts or []:
+        if name not in LAYOUTS:
+            raise SimbatchError(f"{prefix}layouts", f"unknown layout {name!r}; allowed: {', '.join(LAYOUTS)}")
+        if name == "disaggregated" and scenario.disaggregation is None:
+            raise SimbatchError(f"{prefix}layouts", "disaggregated needs a disaggregation: section in the scenario")
+    for name in named or []:
+        if name not in scenario.variants:
+            raise SimbatchError(f"{prefix}variants", f"no variant {name!r} in the scenario; defined: "
+                                                     f"{', '.join(scenario.variants) or 'none'}")
+    return kinds, routers, layouts, named
+
+
 def compare(scenario: Scenario, policies: list[str] | None = None, jobs: int | None = None,
             routers: list[str] | None = None, layouts: list[str] | None = None,
             variants: list[str] | None = None,
@@ -82,8 +131,10 @@ def compare(scenario: Scenario, policies: list[str] | None = None, jobs: int | N
     compared as :func:`compare_variants` says. Runs fan out over ``jobs``
     processes (default: one per core); a run is a function of its scenario and
     seed, so the results do not depend on ``jobs``. ``on_done(i, run)`` is called as each
-    run finishes (a progress bar: ``simbatch compare``).
+    run finishes (a progress bar: ``simbatch compare``). The options follow the command line's
+    rules (:func:`check_compare`): a given empty list is an error, never "all".
     """
+    policies, routers, layouts, variants = check_compare(scenario, policies, routers, layouts, variants, jobs)
     rows = compare_variants(scenario, policies, routers, layouts, variants)
     executor = ProcessExecutor(min(len(rows), jobs or os.cpu_count() or 1))
     try:

@@ -170,6 +170,16 @@ class ProcessExecutor:
             self.pool = None
 
 
+def check_jobs(jobs, where: str = "jobs") -> int | None:
+    """``jobs`` when it is None (one worker per core) or a whole number >= 1, else a one-line
+    :class:`SimbatchError` at ``where`` (``--jobs`` on the command line): the one rule of a
+    worker count, for the CLI and the Python API alike (``jobs=0`` silently meant "all cores")."""
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise SimbatchError(where, f"must be >= 1, a whole number of workers (left out: one per core), "
+                                   f"got {jobs!r}")
+    return jobs
+
+
 def make_executor(kind: str = "process", workers: int | None = None, address: str | None = None) -> Executor:
     """An executor by name; ``dask`` takes ``address`` ("local" starts a LocalCluster)."""
     if kind == "inline":

@@ -10,6 +10,7 @@ import dataclasses
 from pathlib import Path
 
 from simbatch.engine.simulation import RunResult, simulate
+from simbatch.errors import SimbatchError
 from simbatch.metrics import replica_summaries, request_columns, step_columns, summarize
 from simbatch.metrics.columns import Columns, names, to_frame
 from simbatch.metrics.disaggregation import disaggregation_summary
@@ -166,9 +167,20 @@ def describe_control(rows: list[dict], spec: dict | None) -> dict | None:
             "mean": sum(values) / len(values)}
 
 
+def check_scenario(scenario, where: str = "scenario") -> Scenario:
+    """``scenario`` when it is a :class:`Scenario`, else a one-line :class:`SimbatchError` saying
+    how to make one (``run('classroom')`` failed with an AttributeError deep in the engine)."""
+    if not isinstance(scenario, Scenario):
+        shown = repr(str(scenario) if isinstance(scenario, Path) else scenario)[:60]
+        hint = f"load it first: load_scenario({shown})" if isinstance(scenario, (str, Path)) else \
+            "load_scenario(name or path) makes one"
+        raise SimbatchError(where, f"expected a Scenario, got {shown}; {hint}")
+    return scenario
+
+
 def run(scenario: Scenario) -> RunOutput:
     """Simulate ``scenario`` and compute its metrics."""
-    result = simulate(scenario)
+    result = simulate(check_scenario(scenario))
     tp = scenario.cluster.tensor_parallel * scenario.cluster.pipeline_parallel  # GPUs per replica
     steps = step_columns(result.log)
     runs = token_runs(result.log, steps)  # placed on the steps once, for the requests and the ITL pool

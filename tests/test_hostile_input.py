@@ -379,3 +379,58 @@ def test_report_md_shows_a_model_name_as_text_never_as_html(tmp_path, capsys):
     assert text("`<dir>` then <b> and <= 5") == "`<dir>` then \\<b> and <= 5"
     assert text("`<b>``") == "`\\<b>``"  # no code span: a lone backtick before a run of two
 
+
+# --- The Python API follows the CLI's rules (issue 33) ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def classroom():
+    from simbatch.scenario import load_scenario
+
+    return load_scenario("classroom")
+
+
+@pytest.mark.parametrize("options, where, cause", [
+    ({"policies": []}, "policies", "is empty; give at least one name, or leave it out (None) for the default"),
+    ({"variants": []}, "variants", "is empty; give at least one name, or leave it out (None) for the default"),
+    ({"routers": ()}, "routers", "is empty; give at least one name, or leave it out (None) for the default"),
+    ({"policies": "static"}, "policies", "expected a list of names, got the string 'static'; for one, give ['static']"),
+    ({"policies": ["static", 3]}, "policies", "expected a list of names (strings), got ['static', 3]"),
+    ({"jobs": 0}, "jobs", "must be >= 1, a whole number of workers (left out: one per core), got 0"),
+    ({"jobs": True}, "jobs", "must be >= 1, a whole number of workers (left out: one per core), got True"),
+    ({"layouts": ["x"]}, "layouts", "unknown layout 'x'; allowed: colocated, disaggregated"),
+    ({"variants": ["nope"]}, "variants", "no variant 'nope' in the scenario; defined: none"),
+], ids=["no policies", "no variants", "no routers", "a string", "a number", "jobs 0", "jobs True", "layout",
+        "variant"])
+def test_compare_options_follow_the_cli_rules(classroom, monkeypatch, options, where, cause):
+    """``compare(s, policies=[])`` and ``variants=[]`` ran everything, ``jobs=0`` meant all cores and
+    ``policies='static'`` ran policies 's', 't', ...: each is the error the CLI gives, before any run."""
+    import simbatch.api as api
+    from simbatch.errors import SimbatchError
+
+    monkeypatch.setattr(api, "run_variant", lambda *a: pytest.fail("ran before checking the options"))
+    with pytest.raises(SimbatchError) as info:
+        api.compare(classroom, **{"jobs": 1, **options})
+    assert (info.value.where, info.value.cause) == (where, cause)
+
+
+def test_the_cli_gives_the_same_errors_under_its_own_flags(capsys):
+    assert main(["compare", "classroom", "--jobs", "0"]) == 2
+    assert capsys.readouterr().err.strip() == ("simbatch: error: --jobs: must be >= 1, a whole number of workers "
+                                               "(left out: one per core), got 0")
+    assert main(["compare", "classroom", "--policies", ","]) == 2
+    assert "--policies: is empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["classroom", Path("scenarios/classroom.yaml"), None, {"name": "x"}],
+                         ids=["a name", "a path", "None", "a mapping"])
+def test_run_takes_a_scenario_and_says_how_to_make_one(value):
+    """``run('classroom')`` died with ``AttributeError: 'str' object has no attribute ...``."""
+    from simbatch import compare, run
+    from simbatch.errors import SimbatchError
+
+    for call in (run, compare):
+        with pytest.raises(SimbatchError) as info:
+            call(value)
+        assert info.value.where == "scenario" and info.value.cause.startswith("expected a Scenario, got ")
+    if isinstance(value, (str, Path)):
+        assert info.value.cause.endswith(f"load it first: load_scenario({str(value)!r})")

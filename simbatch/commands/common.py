@@ -79,11 +79,10 @@ def comma_list(text: str | None, flag: str) -> list[str] | None:
 
 
 def check_jobs(jobs: int | None) -> None:
-    """``--jobs`` is a positive count of workers when given."""
-    if jobs is not None and jobs < 1:
-        from simbatch.errors import SimbatchError
+    """``--jobs`` is a positive count of workers when given (:func:`simbatch.executors.check_jobs`)."""
+    from simbatch.executors import check_jobs as check
 
-        raise SimbatchError("--jobs", f"must be >= 1, got {jobs}")
+    check(jobs, "--jobs")
 
 
 def add_executor_arguments(p: argparse.ArgumentParser) -> None:

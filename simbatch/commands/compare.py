@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from simbatch.commands.common import (add_format_argument, add_scenario_arguments, check_format, check_jobs,
-                                      comma_list, load, print_notes)
+from simbatch.commands.common import (add_format_argument, add_scenario_arguments, check_format, comma_list, load,
+                                      print_notes)
 
 NAME = "compare"
 HELP = "run one workload under several policies"
@@ -30,9 +30,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> None:
-    from simbatch.api import compare, compare_variants, write_compare
-    from simbatch.policies.routers import check_router
-    from simbatch.policies import policy_class
+    from simbatch.api import check_compare, compare, compare_variants, write_compare
     from simbatch.report import format_comparison
 
     check_format(args)
@@ -45,22 +43,9 @@ def run(args) -> None:
         from simbatch.errors import SimbatchError
 
         raise SimbatchError("--traces", "needs --out DIR (traces go to DIR/<policy>/trace.json)")
-    check_jobs(args.jobs)
-    kinds = comma_list(args.policies, "--policies")
-    for k in kinds or []:
-        policy_class({"kind": k}, "--policies")
-    routers = comma_list(args.routers, "--routers")
-    for r in routers or []:
-        check_router(r, "--routers")
-    layouts = comma_list(args.layouts, "--layouts")
-    check_layouts(layouts or [], scenario)
-    named = comma_list(args.variants, "--variants")
-    for name in named or []:
-        if name not in scenario.variants:
-            from simbatch.errors import SimbatchError
-
-            raise SimbatchError("--variants", f"no variant {name!r} in the scenario; defined: "
-                                              f"{', '.join(scenario.variants) or 'none'}")
+    kinds, routers, layouts, named = check_compare(
+        scenario, comma_list(args.policies, "--policies"), comma_list(args.routers, "--routers"),
+        comma_list(args.layouts, "--layouts"), comma_list(args.variants, "--variants"), args.jobs, prefix="--")
     bar = _bar(len(compare_variants(scenario, kinds, routers, layouts, named)))
     try:
         runs, table = compare(scenario, kinds, jobs=args.jobs, routers=routers, layouts=layouts, variants=named,
@@ -98,18 +83,6 @@ def _bar(total: int):
     from simbatch.sweep.progress import Progress
 
     return Progress(total) if sys.stderr.isatty() and total > 1 else None
-
-
-def check_layouts(layouts: list[str], scenario) -> None:
-    """``--layouts`` names known layouts, and ``disaggregated`` needs a ``disaggregation`` section."""
-    from simbatch.disaggregation_params import LAYOUTS
-    from simbatch.errors import SimbatchError
-
-    for name in layouts:
-        if name not in LAYOUTS:
-            raise SimbatchError("--layouts", f"unknown layout {name!r}; allowed: {', '.join(LAYOUTS)}")
-        if name == "disaggregated" and scenario.disaggregation is None:
-            raise SimbatchError("--layouts", "disaggregated needs a disaggregation: section in the scenario")
 
 
 def describe_gpus(summary: dict) -> str:
