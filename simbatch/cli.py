@@ -1,17 +1,21 @@
 """The ``simbatch`` command line (subcommands live in :mod:`simbatch.commands`).
 
 User errors print one line (``simbatch: error: <where>: <cause>``) and exit 2,
-without a traceback and without writing any output.
+without a traceback and without writing any output. Ctrl-C exits 130 and SIGTERM 143, each
+with one line, after the same cleanup (no temporary folder is left behind).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 
 from simbatch.commands import COMMANDS
-from simbatch.errors import SimbatchError
+from simbatch.errors import SimbatchError, Terminated
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,13 +62,33 @@ class _ClosedPipeGuard:
         return getattr(self._stream, name)
 
 
+def _terminate(signum, frame) -> None:
+    """SIGTERM's handler: stop as Ctrl-C does, so temporary folders are removed on the way out."""
+    raise Terminated()
+
+
+@contextmanager
+def _sigterm_stops():
+    """SIGTERM raises :class:`Terminated` while the command runs (only the main thread may set a
+    handler: ``main`` called from another thread keeps the default); the previous handler after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``simbatch`` console script."""
     args = build_parser().parse_args(argv)
     command = {m.NAME: m for m in COMMANDS}[args.command]
     stdout, sys.stdout = sys.stdout, _ClosedPipeGuard(sys.stdout)
     try:
-        command.run(args)
+        with _sigterm_stops():
+            command.run(args)
     except SimbatchError as exc:
         if getattr(args, "scenario", None):
             from simbatch.bundled import resolve_scenario_path
@@ -73,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
             exc = locate(exc, resolve_scenario_path(args.scenario), getattr(args, "overrides", []))
         print(f"simbatch: error: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("simbatch: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("simbatch: interrupted", file=sys.stderr)
         return 130

@@ -25,3 +25,9 @@ class SimbatchError(Exception):
 def fail(where: str, cause: str) -> None:
     """Raise a :class:`SimbatchError` (a terse helper for validation code)."""
     raise SimbatchError(where, cause)
+
+
+class Terminated(KeyboardInterrupt):
+    """The process was asked to stop (SIGTERM), raised where it runs, so every cleanup an
+    interrupt gets (temporary output folders removed, workers stopped) runs for it too; the
+    CLI then exits 143 (128 + SIGTERM) with one line."""

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_completed, wait
+from contextlib import contextmanager
 from typing import Callable, Collection, Iterable, Protocol
 
 from simbatch.errors import SimbatchError
@@ -111,9 +112,14 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 def _init_worker(parent_pid: int, policy_files: list) -> None:
-    """A pool worker's start: tied to its parent's life, with the parent's policy files."""
+    """A pool worker's start: tied to its parent's life, with the parent's policy files. Ctrl-C
+    reaches the whole process group, so a worker ignores SIGINT (each printed a KeyboardInterrupt
+    traceback) and leaves stopping to its parent, which ends it with SIGTERM, left at its default
+    (a forked worker inherits the parent's handler, which would raise there)."""
     from simbatch.policies.registry import load_policy_files
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     die_with_parent(parent_pid)
     load_policy_files(policy_files)
 
@@ -134,11 +140,12 @@ class ProcessExecutor:
         pool = self._pool()
         futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
         results: list = [None] * len(items)
-        for fut in as_completed(futures):
-            i = futures[fut]
-            results[i] = fut.result()  # re-raises the job's error (SimbatchError pickles)
-            if on_done:
-                on_done(i, results[i])
+        with self._stopped_on_interrupt():
+            for fut in as_completed(futures):
+                i = futures[fut]
+                results[i] = fut.result()  # re-raises the job's error (SimbatchError pickles)
+                if on_done:
+                    on_done(i, results[i])
         return results
 
     def submit(self, fn, item) -> Future:
@@ -149,7 +156,26 @@ class ProcessExecutor:
 
     def wait_any(self, futures):
         """The done ones among ``futures``, waiting for the first to finish."""
-        return wait_first(futures)
+        with self._stopped_on_interrupt():
+            return wait_first(futures)
+
+    @contextmanager
+    def _stopped_on_interrupt(self):
+        """On Ctrl-C or SIGTERM while waiting, end the workers now (they ignore SIGINT, so
+        shutting the pool down would wait for their running jobs), then let the interrupt go on."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """End the workers at once, dropping their jobs (SIGTERM, their default: no output)."""
+        if self.pool is not None:
+            for process in list((getattr(self.pool, "_processes", None) or {}).values()):
+                process.terminate()
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool = None
 
     def _pool(self) -> ProcessPoolExecutor:
         """The pool, started on first use."""

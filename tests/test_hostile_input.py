@@ -434,3 +434,221 @@ def test_run_takes_a_scenario_and_says_how_to_make_one(value):
         assert info.value.where == "scenario" and info.value.cause.startswith("expected a Scenario, got ")
     if isinstance(value, (str, Path)):
         assert info.value.cause.endswith(f"load it first: load_scenario({str(value)!r})")
+
+
+# --- Faults: a full disk, Ctrl-C, SIGTERM, a corrupted sweep run file (issue 33) --------------------
+
+TINY_LOG = [{"prompt_len": 50 + i, "output_len": 4, "issue_time": 10.0 + i * 0.5, "first_token_time": 10.1 + i * 0.5,
+             "complete_time": 10.4 + i * 0.5, "ttft_ms": 100.0, "tpot_ms": 100.0, "latency_ms": 400.0}
+            for i in range(12)]
+
+
+def write_exp(path: Path, rows: list[dict]) -> Path:
+    """A DistServe ``.exp`` log of ``rows``."""
+    path.write_text(repr(rows) + "\n")
+    return path
+
+
+@pytest.fixture
+def full_disk(monkeypatch):
+    """A function that makes every file write from then on fail as on a full disk: the tables'
+    writers, ``Path.write_text`` and ``write_bytes``, pandas' ``to_csv`` (a monkeypatched writer,
+    not a real full disk, which a test cannot make)."""
+    import errno
+
+    import pandas as pd
+
+    import simbatch.report.outputs as outputs
+
+    def enospc(path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    def fill():
+        for owner, name in ((outputs, "_write_csv"), (outputs, "_write_parquet"), (Path, "write_text"),
+                            (Path, "write_bytes")):
+            monkeypatch.setattr(owner, name, enospc)
+        monkeypatch.setattr(pd.DataFrame, "to_csv", lambda self, path=None, *a, **k: enospc(path))
+
+    return fill
+
+
+def hidden(folder: Path) -> list[str]:
+    """Temporary files and folders left anywhere under ``folder``."""
+    return [p for p in tree(folder) if ".tmp" in p or ".old-" in p]
+
+
+FULL_DISK = {
+    "run": ["run", "classroom", "--out", "OUT"],
+    "compare": ["compare", "classroom", "--jobs", "1", "--out", "OUT"],
+    "sweep": ["sweep", "classroom", "--grid", "seed=0,1", "--executor", "inline", "--out", "OUT"],
+    "capacity": ["capacity", "TINY", "--slo", "ttft_p99_ms=500", "--policies", "continuous", "--seeds", "0",
+                 "--tolerance", "0.5", "--target-rate", "4", "--executor", "inline", "--out", "OUT"],
+    "trace-out": ["run", "classroom", "--trace-out", "OUT.json"],
+    "validate": ["validate", "vllm_opt13b_a100", "--against", "LOG", "--out", "OUT"],
+}
+
+
+@pytest.mark.parametrize("argv", list(FULL_DISK.values()), ids=list(FULL_DISK))
+def test_a_full_disk_is_one_line_and_leaves_no_temporary_files(tmp_path, capsys, full_disk, argv):
+    """``No space left on device`` was a traceback from every command that writes."""
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(yaml.safe_dump(SCENARIOS["chat"]))
+    log = write_exp(tmp_path / "log.exp", TINY_LOG)
+    full_disk()
+    out = tmp_path / "out"
+    argv = [{"OUT": str(out), "OUT.json": str(out) + ".json", "LOG": str(log), "TINY": str(scenario)}.get(a, a)
+            for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[-1].startswith(f"simbatch: error: {out}"), err
+    assert "(No space left on device); nothing was written, what was there is as it was" in err[-1], err
+    assert hidden(tmp_path) == [], tree(tmp_path)
+    if argv[0] in ("run", "compare", "validate", "capacity"):
+        assert not out.exists()
+
+
+def test_a_full_disk_inside_a_compare_names_the_run_it_was_writing(tmp_path, capsys, monkeypatch):
+    import errno
+
+    import simbatch.report.outputs as outputs
+
+    def enospc(path, table):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(outputs, "_write_csv", enospc)
+    out = tmp_path / "out"
+    assert main(["compare", "classroom", "--jobs", "1", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (f"simbatch: error: {out}: cannot write static/requests.csv (No space "
+                                               "left on device); nothing was written, what was there is as it was")
+    assert tree(tmp_path) == []
+
+
+def sleep_then(value, seconds: float = 1.5):
+    """A pool job that takes a while (module level, so a worker can run it)."""
+    import time
+
+    time.sleep(seconds)
+    return value
+
+
+def test_pool_workers_ignore_ctrl_c_and_leave_it_to_their_parent():
+    """Ctrl-C reaches the whole process group: each worker printed its own KeyboardInterrupt
+    traceback (about 4 compares in 10). A worker must ignore SIGINT; its job goes on."""
+    import os
+    import signal
+    import time
+
+    from simbatch.executors import ProcessExecutor
+
+    executor = ProcessExecutor(2)
+    try:
+        futures = [executor.submit(sleep_then, i) for i in range(2)]
+        deadline = time.monotonic() + 30
+        while len(executor.pool._processes) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # inside their jobs
+        for pid in list(executor.pool._processes):
+            os.kill(pid, signal.SIGINT)
+        try:
+            assert [f.result(timeout=30) for f in futures] == [0, 1]
+        except KeyboardInterrupt:  # the worker's, sent back as its job's error (pytest would stop)
+            pytest.fail("a pool worker took Ctrl-C as its own and dropped its job")
+    finally:
+        executor.close()
+
+
+def worker_count(pid: int) -> int:
+    """How many child processes ``pid`` has (Linux)."""
+    try:
+        return len(Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
+    except OSError:
+        return 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts a process's children in /proc")
+@pytest.mark.parametrize("signame, code, line", [("SIGINT", 130, "simbatch: interrupted"),
+                                                 ("SIGTERM", 143, "simbatch: terminated")])
+def test_ctrl_c_or_sigterm_on_compare_jobs_2_is_one_line(tmp_path, signame, code, line):
+    """``compare --jobs 2`` stopped by Ctrl-C (SIGINT to the process group) or SIGTERM (to the
+    command): one line, its exit code, every worker gone, no temporary folder. SIGTERM exited 143
+    silently, by the default action, with no cleanup."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "simbatch", "compare", "chat", "--jobs", "2", "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 60
+    while worker_count(proc.pid) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    sig = getattr(signal, signame)
+    os.killpg(proc.pid, sig) if sig == signal.SIGINT else os.kill(proc.pid, sig)
+    err = proc.communicate(timeout=60)[1]
+    assert (proc.returncode, err) == (code, line + "\n")
+    assert tree(tmp_path) == []
+
+
+def test_sigterm_while_writing_removes_the_temporary_folder(tmp_path, capsys, monkeypatch):
+    """SIGTERM in the middle of writing an output folder left its hidden ``.out.tmp-...`` sibling."""
+    import os
+    import signal
+
+    import simbatch.report.outputs as outputs
+
+    write = outputs._write_csv
+
+    def write_then_terminate(path, table):
+        write(path, table)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(outputs, "_write_csv", write_then_terminate)
+    # Without simbatch's handler the default would end pytest itself: this one fails the test instead.
+    previous = signal.signal(signal.SIGTERM, lambda *a: pytest.fail("SIGTERM not handled by simbatch"))
+    try:
+        assert main(["run", "classroom", "--out", str(tmp_path / "out")]) == 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "simbatch: terminated"
+    assert tree(tmp_path) == []
+
+
+def corrupt(record: dict, how: str):
+    """A sweep run file spoilt ``how``."""
+    if how == "a list":
+        return []
+    if how == "a string metric":
+        return {**record, "metrics": {**record["metrics"], "ttft_ms.p99": "fast"}}
+    if how == "empty metrics":
+        return {**record, "metrics": {}}
+    return {k: v for k, v in record.items() if k != "wall_s"}
+
+
+@pytest.mark.parametrize("how, why", [
+    ("a list", "expected a JSON object, got list"),
+    ("a string metric", "'ttft_ms.p99': expected a number, got 'fast'"),
+    ("empty metrics", "'metrics' lacks 39 of 39 metrics (num_requests, ...)"),
+    ("no wall time", "'wall_s': expected a number, got None"),
+])
+def test_a_corrupted_sweep_run_file_is_run_again_with_a_note(tmp_path, capsys, how, why):
+    """``[]`` in a run file was a TypeError traceback on resume; a string where a number goes, or
+    empty metrics, was taken as done (the table then held the string, or NaN)."""
+    import pandas as pd
+
+    out = tmp_path / "sw"
+    argv = ["sweep", "classroom", "--grid", "seed=0,1", "--executor", "inline", "--out", str(out)]
+    assert main(argv) == 0
+    first = pd.read_csv(out / "sweep.csv")
+    path = sorted((out / "runs").glob("*.json"))[0]
+    path.write_text(json.dumps(corrupt(json.loads(path.read_text()), how)))
+    capsys.readouterr()
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert f"note: {path}: {why}; running it again" in captured.err.splitlines(), captured.err
+    assert "2 runs (1 run now, 1 reused)" in captured.out
+    again = pd.read_csv(out / "sweep.csv")
+    pd.testing.assert_frame_equal(first.drop(columns="wall_s"), again.drop(columns="wall_s"))

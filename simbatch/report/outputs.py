@@ -33,6 +33,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -119,19 +120,51 @@ def write_files(out_dir: Path, writers: dict[str, Callable[[Path], None]]) -> li
     why = refusal(out_dir, output_kind(writers))  # a run over a comparison's folder is refused too
     if why is not None:
         raise SimbatchError(str(out_dir), why)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale(out_dir)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-{os.getpid()}-", dir=out_dir.parent))
+    with write_failure(out_dir, ""):
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale(out_dir)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-{os.getpid()}-", dir=out_dir.parent))
     try:
         os.chmod(tmp, 0o755)  # mkdtemp's folders are private
         for name, write in writers.items():
-            write(tmp / name)
-        (tmp / MARKER).write_text("written by simbatch; writing this output again replaces the whole folder\n",
-                                  encoding="utf-8")
-        swap_in(tmp, out_dir)
+            with write_failure(out_dir, name):
+                write(tmp / name)
+        with write_failure(out_dir, MARKER):
+            (tmp / MARKER).write_text("written by simbatch; writing this output again replaces the whole folder\n",
+                                      encoding="utf-8")
+        with write_failure(out_dir, ""):
+            swap_in(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return [out_dir / name for name in writers]
+
+
+class WriteFailed(SimbatchError):
+    """An output that could not be written (a full disk, a quota, an I/O error): one line naming
+    the output folder or file and the entry that failed, raised after the temporary copy is removed,
+    so the output is as it was before the command."""
+
+    def __init__(self, target: str, entry: str, reason: str):
+        self.target, self.entry, self.reason = str(target), entry, reason
+        what = f"cannot write {entry} ({reason})" if entry else f"cannot write ({reason})"
+        super().__init__(self.target, f"{what}; nothing was written, what was there is as it was")
+
+    def __reduce__(self):
+        return (type(self), (self.target, self.entry, self.reason))
+
+
+@contextmanager
+def write_failure(target: Path, entry: str):
+    """Turn an ``OSError`` while writing ``entry`` of ``target`` into :class:`WriteFailed`: the
+    one rule of a failed write (``No space left on device`` was a traceback from every command).
+    A failure inside a nested output folder (a compare's run) names the entry from the outer one."""
+    try:
+        yield
+    except WriteFailed as exc:
+        raise WriteFailed(target, f"{entry}/{exc.entry}" if entry and exc.entry else entry or exc.entry,
+                          exc.reason) from None
+    except OSError as exc:
+        raise WriteFailed(target, entry, exc.strerror or str(exc)) from None
 
 
 def swap_in(tmp: Path, out_dir: Path) -> None:
@@ -157,8 +190,9 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
     try:
-        write(tmp)
-        os.replace(tmp, path)
+        with write_failure(path, ""):
+            write(tmp)
+            os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

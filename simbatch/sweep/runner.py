@@ -108,11 +108,49 @@ def run_file(runs_dir: Path, run_id: str) -> Path:
 
 
 def read_run(path: Path) -> dict | None:
-    """A run file, or None when it is missing or unreadable (then the run is done again)."""
+    """A run file, or None when it is missing or not a complete run (then the run is done again)."""
+    return load_run(path)[0]
+
+
+def load_run(path: Path) -> tuple[dict | None, str | None]:
+    """``(record, None)`` for a complete run file; ``(None, None)`` when there is none;
+    ``(None, why)`` when the file is there but unreadable or not a run this sweep wrote (``[]``,
+    a string where a metric goes, no metrics: a file cut short or edited), so it is run again."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, None
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"unreadable ({getattr(exc, 'strerror', None) or exc})"
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError):
+        return None, "not valid JSON"
+    why = run_file_problem(record)
+    return (None, why) if why else (record, None)
+
+
+def run_file_problem(record) -> str | None:
+    """What makes ``record`` no complete run file (None: it is one): an object whose ``metrics``
+    hold every metric column as a number or null, and whose ``wall_s`` is a number."""
+    if not isinstance(record, dict):
+        return f"expected a JSON object, got {type(record).__name__}"
+    metrics = record.get("metrics")
+    if not isinstance(metrics, dict):
+        return f"'metrics': expected an object, got {_shown(metrics)}"
+    missing = [k for k in METRIC_COLUMNS if k not in metrics]
+    if missing:
+        return f"'metrics' lacks {len(missing)} of {len(METRIC_COLUMNS)} metrics ({missing[0]}, ...)"
+    for key in ("wall_s", *METRIC_COLUMNS):
+        value = record.get("wall_s") if key == "wall_s" else metrics[key]
+        if isinstance(value, bool) or not (isinstance(value, (int, float)) or (value is None and key != "wall_s")):
+            return f"'{key}': expected a number, got {_shown(value)}"
+    return None
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def label(params: dict) -> str:
@@ -135,7 +173,7 @@ def run_sweep(scenario: Scenario, grid: Grid, out_dir: str | Path, executor: Exe
     for message in notes:
         note(message)
     runs_dir = prepare(Path(out_dir), scenario, grid)
-    todo = [p for p in points if read_run(run_file(runs_dir, p.run_id)) is None]
+    todo = runs_to_do(runs_dir, points, note)
     if len(todo) < len(points):
         note(f"{len(points) - len(todo)} of {len(points)} runs already done in {runs_dir}")
     bar = Progress(len(points), len(points) - len(todo)) if progress else None
@@ -162,6 +200,19 @@ def run_sweep(scenario: Scenario, grid: Grid, out_dir: str | Path, executor: Exe
     return table
 
 
+def runs_to_do(runs_dir: Path, points: list[Point], note: Callable[[str], None]) -> list[Point]:
+    """The points without a complete run file; a file that is there but broken gets a note."""
+    todo = []
+    for p in points:
+        path = run_file(runs_dir, p.run_id)
+        record, why = load_run(path)
+        if record is None:
+            todo.append(p)
+            if why:
+                note(f"{path}: {why}; running it again")
+    return todo
+
+
 def prepare(out_dir: Path, scenario: Scenario, grid: Grid) -> Path:
     """Create ``out_dir/runs`` and write ``sweep.yaml``; returns the runs folder."""
     if out_dir.exists() and not out_dir.is_dir():
@@ -179,7 +230,10 @@ def collect(runs_dir: Path, points: list[Point], grid: Grid, note: Callable[[str
     """One row per point from its run file: ``run_id``, the grid values, the metrics, ``wall_s``."""
     rows = []
     for p in points:
-        record = read_run(run_file(runs_dir, p.run_id))
+        path = run_file(runs_dir, p.run_id)
+        record, why = load_run(path)
+        if record is None:  # written by this sweep a moment ago: something else changed it
+            raise SimbatchError(str(path), f"{why or 'missing'} after its run; run the sweep again")
         rows.append({"run_id": p.run_id, **p.params, **record["metrics"], "wall_s": record["wall_s"]})
     stale = {f.stem for f in runs_dir.glob("*.json")} - {p.run_id for p in points}
     if stale:
