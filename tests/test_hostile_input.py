@@ -652,3 +652,226 @@ def test_a_corrupted_sweep_run_file_is_run_again_with_a_note(tmp_path, capsys, h
     assert "2 runs (1 run now, 1 reused)" in captured.out
     again = pd.read_csv(out / "sweep.csv")
     pd.testing.assert_frame_equal(first.drop(columns="wall_s"), again.drop(columns="wall_s"))
+
+
+# --- Measured logs: validate --against and calibrate --from-log (issue 33) -------------------------
+
+def exp_rows(n: int = 12, **changes) -> list[dict]:
+    """``n`` requests of a DistServe log, every row with ``changes``."""
+    return [{**row, **changes} for row in (TINY_LOG * (n // len(TINY_LOG) + 1))[:n]]
+
+
+def failed_vllm_log(path: Path, n: int = 10) -> Path:
+    """A vLLM ``--save-result`` JSON where every request failed."""
+    path.write_text(json.dumps({"input_lens": [50] * n, "output_lens": [0] * n, "ttfts": [0.0] * n,
+                                "itls": [[]] * n, "errors": ["boom"] * n, "request_rate": "inf"}))
+    return path
+
+
+def one_line(capsys, argv: list[str]) -> str:
+    """``main(argv)``: exit code 2 and one line on stderr; that line."""
+    code = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("simbatch: error: "), (code, err)
+    return err[0]
+
+
+@pytest.mark.parametrize("role", ["--from-log", "--check"])
+def test_calibrate_on_a_log_of_failures_only_is_one_line(tmp_path, capsys, monkeypatch, role):
+    """Every request failed: ``TypeError: unsupported operand type(s) for /`` in fit_engine's loss."""
+    import simbatch.measured.fit_engine as fit
+
+    monkeypatch.setattr(fit, "_search", lambda *a: pytest.fail("fitted before checking the logs"))
+    log = failed_vllm_log(tmp_path / "failed.json")
+    good = write_exp(tmp_path / "good.exp", TINY_LOG)
+    logs = ["--from-log", str(log)] if role == "--from-log" else ["--from-log", str(good), "--check", str(log)]
+    err = one_line(capsys, ["calibrate", *logs, "--scenario", "vllm_opt13b_a100"])
+    purpose = "fit on" if role == "--from-log" else "check the fit on"
+    assert err == (f"simbatch: error: {log}: no request completed (all 10 failed, as the log records them): "
+                   f"no latency to {purpose}")
+
+
+def test_calibrate_on_one_token_outputs_fits_on_ttft_and_says_so(tmp_path, capsys):
+    """Every output one token long: no TPOT, so a TypeError (None / None) in the loss; now the fit
+    leaves TPOT out for that log, with a note, and the table shows '-' for it."""
+    log = write_exp(tmp_path / "one.exp", exp_rows(12, output_len=1, tpot_ms=0.0))
+    assert main(["calibrate", "--from-log", str(log), "--scenario", "vllm_opt13b_a100", "--terms", "step_s"]) == 0
+    captured = capsys.readouterr()
+    assert (f"note: {log}: no tpot_p50, tpot_p90: every completed output is one token long, and TPOT needs two "
+            "or more; fitted on the log's other figures") in captured.err
+    row = next(line for line in captured.out.splitlines() if line.startswith("one.exp"))
+    assert "- / -" in row and "Traceback" not in captured.err
+
+
+def test_validate_against_a_log_of_failures_only_says_why(tmp_path, capsys):
+    """It exited 0 with every error None, and a matplotlib warning on stderr for the empty CDFs."""
+    log = failed_vllm_log(tmp_path / "failed.json")
+    err = one_line(capsys, ["validate", "vllm_opt13b_a100", "--against", str(log), "--out", str(tmp_path / "out")])
+    assert err == (f"simbatch: error: {log}: no request completed (all 10 failed, as the log records them): "
+                   "no latency to compare with")
+    assert not (tmp_path / "out").exists()
+
+
+def test_validate_against_one_token_outputs_warns_of_nothing(tmp_path, capsys, recwarn):
+    """A log with no TPOT (outputs of one token) compares its TTFT; the empty TPOT panel says so
+    instead of matplotlib's 'No artists with labels found to put in legend' on stderr."""
+    log = write_exp(tmp_path / "one.exp", exp_rows(12, output_len=1, tpot_ms=0.0))
+    assert main(["validate", "vllm_opt13b_a100", "--against", str(log), "--out", str(tmp_path / "out")]) == 0
+    assert [str(w.message) for w in recwarn] == []
+    assert (tmp_path / "out" / "cdfs" / "one.png").is_file()
+
+
+@pytest.mark.parametrize("changes, cause", [
+    ({"complete_time": 1e308}, "finish 1e+308 s comes 1e+308 s after the first send, beyond 1e+09 s (32 years), "
+                               "where simulated time cannot resolve a microsecond"),
+    ({"first_token_time": 1e307, "complete_time": 1e308}, "first token 1e+307 s comes 1e+307 s after the first "
+                                                          "send, beyond 1e+09 s"),
+], ids=["finish", "first token"])
+def test_times_beyond_the_horizon_in_a_log_are_one_line(tmp_path, capsys, changes, cause):
+    """Times of 1e308: exit 0, numpy warnings, ``inf`` in pairs.csv."""
+    log = write_exp(tmp_path / "huge.exp", [TINY_LOG[0], {**TINY_LOG[1], **changes}, *TINY_LOG[2:]])
+    err = one_line(capsys, ["validate", "vllm_opt13b_a100", "--against", str(log), "--out", str(tmp_path / "out")])
+    assert err.startswith(f"simbatch: error: {log}: entry 2: ") and cause in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_clock_too_coarse_for_a_microsecond_is_one_line(tmp_path, capsys):
+    """Times in nanoseconds read as seconds (1.7e18 s): re-based, every latency rounds to 0 or to
+    multiples of 256 s, silently."""
+    shift = 1.7e18
+    log = write_exp(tmp_path / "ns.exp", [{**r, "issue_time": r["issue_time"] + shift, "first_token_time":
+                                           r["first_token_time"] + shift, "complete_time": r["complete_time"] + shift}
+                                          for r in TINY_LOG])
+    err = one_line(capsys, ["validate", "vllm_opt13b_a100", "--against", str(log)])
+    assert err == (f"simbatch: error: {log}: entry 1: arrival 1.7e+18 s: a clock reading this large cannot resolve "
+                   "a microsecond (a float of seconds holds one only below about 8.6e9 s); is the unit right?")
+
+
+def test_a_length_beyond_any_context_is_the_logs_error_not_the_scenarios(tmp_path, capsys):
+    """``output_len: 10**30`` wrapped round in int64 and was blamed on the scenario."""
+    log = write_exp(tmp_path / "big.exp", [TINY_LOG[0], {**TINY_LOG[1], "output_len": 10**30}])
+    err = one_line(capsys, ["validate", "vllm_opt13b_a100", "--against", str(log)])
+    assert err == (f"simbatch: error: {log}: entry 2: output_len: expected a whole number of at most 1,000,000,000 "
+                   f"(more tokens than any model's context), got {10**30}")
+
+
+def test_a_large_distserve_log_is_read_in_bounded_memory(tmp_path):
+    """A 1,000,000-request ``.exp`` took 45 s and 11.7 GB (ast.literal_eval's tree of the whole line)
+    before anything ran; 50,000 requests (8.7 MB) took some 900 MB. Each request is now read alone:
+    the peak stays within a few times the file's size."""
+    import subprocess
+    import sys
+
+    rows = [{**TINY_LOG[i % 12], "issue_time": 10.0 + i * 0.01, "first_token_time": 10.1 + i * 0.01,
+             "complete_time": 10.4 + i * 0.01} for i in range(50_000)]
+    log = write_exp(tmp_path / "big.exp", rows)
+    probe = ("import resource, sys; from simbatch.measured import read_measured; "
+             "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss; r = read_measured(sys.argv[1]); "
+             "print(len(r), (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024)")
+    n, grown = map(int, subprocess.run([sys.executable, "-c", probe, str(log)], cwd=ROOT, capture_output=True,
+                                       text=True, check=True).stdout.split())
+    assert n == 50_000 and grown < 8 * log.stat().st_size, (grown, log.stat().st_size)
+
+
+def test_a_large_log_that_is_no_list_of_dicts_is_refused_without_parsing_it_whole(tmp_path, monkeypatch):
+    """Past LITERAL_BYTES a line is never handed to ast.literal_eval whole: a log cut short names
+    where its list broke off."""
+    import simbatch.measured.readers as readers
+    from simbatch.errors import SimbatchError
+    from simbatch.measured import read_measured
+
+    monkeypatch.setattr(readers, "LITERAL_BYTES", 1000)
+    monkeypatch.setattr(readers.ast, "literal_eval", lambda text: pytest.fail(f"parsed {len(text)} characters whole"))
+    log = tmp_path / "cut.exp"
+    log.write_text(repr(TINY_LOG)[:-150])
+    with pytest.raises(SimbatchError) as info:
+        read_measured(log)
+    assert info.value.where == f"{log}:1" and info.value.cause.startswith("after request 11 (character "), info.value
+
+
+def test_every_format_reads_the_same_through_the_fast_path(tmp_path):
+    """The per-request reading gives what ast.literal_eval of the whole line gave, messages included."""
+    from simbatch.errors import SimbatchError
+    from simbatch.measured import read_measured
+
+    log = write_exp(tmp_path / "a.exp", TINY_LOG)
+    run = read_measured(log)
+    assert run.prompt_tokens.tolist() == [r["prompt_len"] for r in TINY_LOG]
+    assert run.finish_s.tolist() == pytest.approx([r["complete_time"] - 10.0 for r in TINY_LOG])
+    for text, cause in (("[{'prompt_len': 5}]", "missing key 'output_len'"),
+                        (repr([{**TINY_LOG[0], "prompt_len": "x"}]), "prompt_len: expected a whole number, got 'x'"),
+                        ("[1, 2]", "expected a dict, got int 1"), ("[]", "empty list: no requests"),
+                        ("{'a': 1}", "expected a list of per-request dicts, got dict"),
+                        ("[{'prompt_len': True}]", "prompt_len: expected a whole number, got True")):
+        (tmp_path / "b.exp").write_text(text + "\n")
+        with pytest.raises(SimbatchError, match=re.escape(cause)):
+            read_measured(tmp_path / "b.exp")
+
+
+def vllm_log_without_send_times(path: Path, n: int = 6) -> Path:
+    """A vLLM JSON at 2 req/s without ``start_times``: its arrivals must be given."""
+    path.write_text(json.dumps({"input_lens": [50] * n, "output_lens": [5] * n, "ttfts": [0.05] * n,
+                                "itls": [[0.02] * 4] * n, "errors": [""] * n, "request_rate": 2.0}))
+    return path
+
+
+def genai_log(path: Path, levels: int = 2, n: int = 6) -> Path:
+    """A genai-perf export with ``levels`` experiments and no usage counts: pick one, give prompts."""
+    def request(i):
+        t = 1_700_000_000_000_000_000 + i * 500_000_000
+        chunk = {"response": 'data: {"choices": [{"delta": {"content": "x"}}]}\n\n'}
+        return {"timestamp": t, "request_inputs": {"payload": "{}"},
+                "response_timestamps": [t + 50_000_000 + j * 20_000_000 for j in range(5)],
+                "response_outputs": [chunk] * 5}
+    path.write_text(json.dumps({"service_kind": "openai", "experiments": [
+        {"experiment": {"mode": "request_rate", "value": 2.0 * (k + 1)}, "requests": [request(i) for i in range(n)]}
+        for k in range(levels)]}))
+    return path
+
+
+def test_the_readers_options_exist_on_the_command_line(tmp_path, capsys):
+    """The messages asked for ``arrivals=``, ``experiment=`` and ``prompt_tokens=``, which only
+    Python could pass: ``--log-option KEY=VALUE`` gives them to validate and calibrate alike."""
+    v, g = vllm_log_without_send_times(tmp_path / "v.json"), genai_log(tmp_path / "g.json")
+    (tmp_path / "arrivals.txt").write_text("# seconds\n0\n0.5\n1.0, 1.5\n2.0 2.5\n")
+    (tmp_path / "prompts.txt").write_text("50\n" * 6)
+    scenario = ["validate", "vllm_opt13b_a100"]
+    err = one_line(capsys, [*scenario, "--against", str(v)])
+    assert "pass arrivals= (seconds, one per request in file order; on the command line --log-option " \
+           "arrivals=FILE, one number a line)" in err
+    assert main([*scenario, "--against", str(v), "--log-option", f"arrivals={tmp_path / 'arrivals.txt'}"]) == 0
+    err = one_line(capsys, [*scenario, "--against", str(g)])
+    assert "experiment=0..1 (--log-option experiment=K on the command line)" in err
+    err = one_line(capsys, [*scenario, "--against", str(g), "--log-option", "experiment=1"])
+    assert "--log-option prompt_tokens=N, or =FILE with one a line" in err
+    for prompts in ("50", str(tmp_path / "prompts.txt")):
+        assert main([*scenario, "--against", str(g), "--log-option", "experiment=1",
+                     "--log-option", f"prompt_tokens={prompts}"]) == 0
+    capsys.readouterr()
+    err = one_line(capsys, ["calibrate", "--from-log", str(g), "--scenario", "vllm_opt13b_a100"])
+    assert "--log-option experiment=K" in err
+
+
+@pytest.mark.parametrize("options, message", [
+    (["experiment=7"], "--log-option experiment: expected an index 0..1, got 7"),
+    (["experiment=x"], "--log-option experiment=x: expected a whole number, got 'x'"),
+    (["colour=red"], "--log-option colour=red: unknown key 'colour'; allowed: arrivals, experiment, prompt_tokens, "
+                     "system"),
+    (["arrivals=nope.txt"], "--log-option arrivals=nope.txt: nope.txt: numbers file not found"),
+    (["arrivals"], "--log-option arrivals: expected KEY=VALUE, e.g. experiment=0"),
+    (["experiment=1", "experiment=0"], "--log-option experiment=0: experiment is given twice"),
+    (["experiment=1", "prompt_tokens=50", "arrivals=a.txt"],
+     "--log-option: unknown option 'arrivals' for format 'genai-perf'; allowed: experiment, prompt_tokens"),
+])
+def test_a_bad_log_option_names_its_flag(tmp_path, capsys, monkeypatch, options, message):
+    monkeypatch.chdir(tmp_path)
+    Path("a.txt").write_text("0\n")
+    g = genai_log(tmp_path / "g.json")
+    argv = ["validate", "vllm_opt13b_a100", "--against", str(g), *[a for o in options for a in ("--log-option", o)]]
+    assert one_line(capsys, argv) == f"simbatch: error: {message}"
+
+
+def test_log_options_without_a_log_are_refused(capsys):
+    assert one_line(capsys, ["validate", "classroom", "--log-option", "experiment=1"]) == \
+        "simbatch: error: --log-option: only with --against LOG"
+    assert one_line(capsys, ["calibrate", "--format", "vllm"]) == "simbatch: error: --format: only with --from-log LOG"

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from simbatch.commands.logs import add_log_arguments, given
+
 NAME = "calibrate"
 HELP = "time one Llama-style layer's operators with torch (CPU or GPU) and write a measured profile"
 
@@ -44,6 +46,7 @@ def add_arguments(p) -> None:
                    help="with --from-log: comma-separated terms to fit (default: all four)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="with --from-log: override a field of --scenario (repeatable)")
+    add_log_arguments(p, "--from-log")
 
 
 def run(args) -> None:
@@ -56,6 +59,10 @@ def run(args) -> None:
 
         run_from_log(args)
         return
+    for flag in given(args):
+        from simbatch.errors import SimbatchError
+
+        raise SimbatchError(flag, "only with --from-log LOG")
     from simbatch.calibrate import require_torch
     from simbatch.models import get_model
 

@@ -11,8 +11,8 @@ from simbatch.errors import SimbatchError
 def run_from_log(args) -> None:
     """Fit the terms on ``args.from_log``, print them as an ``engine:`` section, then the
     error per log (fitted and held out), and write ``engine.yaml`` under ``--out``."""
+    from simbatch.commands.logs import read_logs
     from simbatch.engines import FITTED_TERMS
-    from simbatch.measured import read_measured
     from simbatch.measured.fit_engine import fit_engine
     from simbatch.scenario import load_scenario
 
@@ -26,12 +26,14 @@ def run_from_log(args) -> None:
             raise SimbatchError("--terms", f"unknown term {term!r}; allowed: {', '.join(FITTED_TERMS)}")
     out = _check_out(args.out)
     scenario = load_scenario(args.scenario, args.overrides)
-    fit_runs = [read_measured(p) for p in args.from_log]
-    check_runs = [read_measured(p) for p in args.check]
+    fit_runs, check_runs = read_logs(args, args.from_log), read_logs(args, args.check)
 
     def progress(n: int, loss: float) -> None:
         print(f"\rfitting {', '.join(terms)}: {n} simulations, loss {loss:.4f}", end="", file=sys.stderr)
 
+    print_unmeasured(fit_runs, scenario)
+    for r in check_runs:
+        r.check_completed("check the fit on")
     fit = fit_engine(scenario, fit_runs, terms, progress=progress)
     print(file=sys.stderr)
     engine = {**{k: v for k, v in scenario.engine.describe().items() if v is not None}, **fit.terms}
@@ -45,6 +47,19 @@ def run_from_log(args) -> None:
 
         atomic_write(out, lambda p: Path(p).write_text(text))
         print(f"wrote {out}")
+
+
+def print_unmeasured(runs, scenario) -> None:
+    """A note per fitting log that lacks some of the fitted metrics (no TPOT: every completed
+    output one token long), which the fit then leaves out for it."""
+    from simbatch.measured.fit_engine import measured_metrics, unmeasured
+
+    for r in runs:
+        r.check_completed("fit on")
+        missing = unmeasured(measured_metrics(r, scenario.slo.as_dict() or None))
+        if missing:
+            print(f"note: {r.source}: no {', '.join(missing)}: every completed output is one token long, and "
+                  "TPOT needs two or more; fitted on the log's other figures", file=sys.stderr)
 
 
 def _check_out(out: Path | None) -> Path | None:
@@ -77,13 +92,18 @@ def error_table(scenario, engine: dict, fit_runs, check_runs) -> str:
             m, p = measured_metrics(r, slo), predicted_metrics(scenario, r, engine, slo)
             row = {"log": Path(r.source).name, "role": role}
             for k in METRICS:
-                row[f"{k} ms"] = f"{m[k]:.0f} / {p[k]:.0f}"
-                row[f"{k} err %"] = f"{(p[k] / m[k] - 1) * 100:+.1f}"
+                row[f"{k} ms"] = f"{_shown(m[k], '.0f')} / {_shown(p[k], '.0f')}"
+                row[f"{k} err %"] = "-" if m[k] is None or p[k] is None else f"{(p[k] / m[k] - 1) * 100:+.1f}"
             if slo:
                 row["SLO m/p"] = f"{m['attainment']:.2f} / {p['attainment']:.2f}"
             rows.append(row)
     headers = list(rows[0])
     return "measured / predicted:\n" + render(headers, [[str(r[h]) for h in headers] for r in rows]) + "\n"
+
+
+def _shown(value: float | None, spec: str) -> str:
+    """``value`` formatted, or ``-`` where a log has none (no TPOT, no completed request)."""
+    return "-" if value is None else format(value, spec)
 
 
 def capacity_note(scenario, runs) -> str:

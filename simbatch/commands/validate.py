@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from simbatch.commands.common import add_scenario_arguments, comma_list, load, print_notes
+from simbatch.commands.logs import add_log_arguments, given, read_logs
 
 NAME = "validate"
 HELP = "measure the simulator's error: against a real torch model (CPU or GPU), or against measured server logs"
@@ -30,10 +31,7 @@ def add_arguments(p) -> None:
                    help="measured run logs of a real server (DistServe .exp, vLLM benchmark JSON, genai-perf, "
                         "LMBench CSV, LLMServingSim requests.jsonl, or CSV/JSONL with --columns): replay each through the scenario and report the errors, "
                         "no torch needed; several paths after one flag, or the flag repeated (put SCENARIO first)")
-    p.add_argument("--format", default=None, help="with --against: the logs' format (default: inferred per file)")
-    p.add_argument("--columns", default=None, metavar="ROLE=COL,...",
-                   help="with --against: a CSV/JSONL log's columns, e.g. arrival=arrival_s,prompt=prompt_tokens,"
-                        "output=output_tokens,first_token=first_token_s,finish=finish_s (implies the generic format)")
+    add_log_arguments(p, "--against")
     p.add_argument("--device", default=None, help=f"cpu, cuda or cuda:N (default: {DEFAULT_DEVICE}; torch mode)")
     p.add_argument("--policies", default=None,
                    help="comma-separated policy kinds (default: all four; torch mode)")
@@ -56,9 +54,8 @@ def run(args) -> None:
         return
     from simbatch.errors import SimbatchError
 
-    for dest, flag in (("format", "--format"), ("columns", "--columns")):
-        if getattr(args, dest) is not None:
-            raise SimbatchError(flag, "only with --against LOG")
+    for flag in given(args):
+        raise SimbatchError(flag, "only with --against LOG")
     run_torch(args)
 
 
@@ -101,26 +98,11 @@ def report_validation(args, scenario, result) -> None:
               "and <policy>/measured|predicted/")
 
 
-def parse_columns(text: str | None) -> dict | None:
-    """``--columns arrival=a,prompt=p,...`` as the readers' mapping (None when not given)."""
-    from simbatch.errors import SimbatchError
-
-    if text is None:
-        return None
-    columns = {}
-    for item in (part.strip() for part in text.split(",")):
-        role, sep, column = item.partition("=")
-        if not sep or not role.strip() or not column.strip():
-            raise SimbatchError(f"--columns {item}", "expected ROLE=COLUMN, e.g. arrival=arrival_s")
-        columns[role.strip()] = column.strip()
-    return columns
-
-
 def run_against(args) -> None:
     """The measured mode: every check (options, output folder, columns, logs) before any simulation."""
     from simbatch.errors import SimbatchError
-    from simbatch.validation.against import validate_against
     from simbatch.outpaths import check_out_dir
+    from simbatch.validation.against import validate_runs
     from simbatch.validation.against_report import format_against_table, write_against
 
     for dest, flag in TORCH_OPTIONS:
@@ -130,7 +112,8 @@ def run_against(args) -> None:
     scenario = load(args)
     if args.out:
         check_out_dir(args.out)
-    result = validate_against(scenario, args.against, args.format, parse_columns(args.columns))
+    runs = read_logs(args, args.against)  # every log read before anything is simulated
+    result = validate_runs(scenario, runs, [str(p) for p in args.against])
     for v in result.logs:
         print_notes(v.measured.notes, f"note [{v.name}]")
         print_notes(v.predicted.messages, f"note [{v.name} predicted]")

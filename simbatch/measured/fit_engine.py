@@ -76,12 +76,19 @@ def _metrics(req, slo: dict | None) -> dict[str, float]:
     return out
 
 
+def unmeasured(measured: dict[str, float | None]) -> list[str]:
+    """The :data:`METRICS` a log does not give (a log whose completed outputs are all one token
+    long has no TPOT, vLLM's definition), which the fit leaves out for that log."""
+    return [m for m in METRICS if measured[m] is None]
+
+
 def loss(predicted: list[dict], measured: list[dict]) -> float:
-    """Sum over logs of ln(predicted / measured) squared over :data:`METRICS`, plus the
-    attainment's difference squared times :data:`ATTAINMENT_WEIGHT` where both have one."""
+    """Sum over logs of ln(predicted / measured) squared over the :data:`METRICS` each log
+    measured (:func:`unmeasured`), plus the attainment's difference squared times
+    :data:`ATTAINMENT_WEIGHT` where both have one."""
     total = 0.0
     for p, q in zip(predicted, measured):
-        total += sum(math.log(p[m] / q[m]) ** 2 for m in METRICS)
+        total += sum(math.log(p[m] / q[m]) ** 2 for m in METRICS if q[m] is not None)
         if "attainment" in p and "attainment" in q:
             total += ATTAINMENT_WEIGHT * (p["attainment"] - q["attainment"]) ** 2
     return total
@@ -104,6 +111,8 @@ def fit_engine(scenario: Scenario, runs: list[MeasuredRun], terms: tuple[str, ..
     """
     base = {k: v for k, v in scenario.engine.describe().items() if v is not None}
     slo = scenario.slo.as_dict() or None
+    for r in runs:  # a log of failures only has nothing to fit on (a TypeError deep in the loss)
+        r.check_completed("fit on")
     targets = [measured_metrics(r, slo) for r in runs]
     count, best_seen = 0, math.inf
 

@@ -18,10 +18,13 @@ import numpy as np
 import pandas as pd
 
 from simbatch.errors import SimbatchError
+from simbatch.horizon import MAX_TIME_S
 from simbatch.measured.run import MeasuredRun
 from simbatch.textfile import read_text, regular_file
+from simbatch.workload.readers import MAX_COUNT
 
 Fail = Callable[[int, str], None]  # fail(entry index, cause): raises
+CLOCK_RESOLUTION_S = 1e-6  # the coarsest step a log's clock may have where its times lie
 
 
 # --- shared: columns ------------------------------------------------------------
@@ -53,9 +56,16 @@ def _text(p: Path) -> str:
 
 
 def _first_line(p: Path, text: str) -> tuple[int, str]:
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            return lineno, line
+    """The first line that is not blank, and its number. Only that line is copied (a
+    DistServe log is one line of every request: splitting the whole text copied it all)."""
+    start, lineno = 0, 1
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        line = text[start:end]
+        if line and not line.isspace():
+            return lineno, line.rstrip("\r")
+        start, lineno = end + 1, lineno + 1
     raise SimbatchError(str(p), "file is empty")  # unreachable after _text, kept for safety
 
 
@@ -101,13 +111,18 @@ def _number(fail: Callable[[str], None], name: str, value: Any, minimum: float |
     return value  # ints stay exact (ns timestamps) until the caller re-bases them
 
 
-def _count(fail: Callable[[str], None], name: str, value: Any, minimum: int) -> int:
-    """A whole number >= ``minimum`` (integral floats such as 12.0 accepted)."""
+def _count(fail: Callable[[str], None], name: str, value: Any, minimum: int, maximum: int = MAX_COUNT) -> int:
+    """A whole number in [``minimum``, ``maximum``], by default a token count's bound, the traces'
+    :data:`MAX_COUNT` (integral floats such as 12.0 accepted; an output of ``10**30`` tokens
+    wrapped round in int64 and was blamed on the scenario)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (
             isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
         fail(f"{name}: expected a whole number, got {_show(value)}")
     if value < minimum:
         fail(f"{name}: expected a whole number >= {minimum}, got {_show(value)}")
+    if value > maximum:
+        why = " (more tokens than any model's context)" if maximum == MAX_COUNT else ""
+        fail(f"{name}: expected a whole number of at most {maximum:,}{why}, got {_show(value)}")
     return int(value)
 
 
@@ -152,10 +167,35 @@ def _check_order(fail: Fail, arrival, first, finish, ok, names: tuple[str, str, 
                     f"{float(earlier[i] * unit)!r}")
 
 
+def _check_clock(source: str, arrival: np.ndarray, first: np.ndarray, finish: np.ndarray) -> None:
+    """Every time of the log within simulated time's horizon (:data:`MAX_TIME_S`) of the first
+    send, on a clock that still resolves a microsecond there: times of 1e308 s gave ``inf``
+    latencies (and numpy warnings) in ``pairs.csv``, with exit code 0. The request is named by
+    its place in the file (``entry N``), the time by what it marks."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        t0 = float(np.min(arrival))
+        for name, times in (("arrival", arrival), ("first token", first), ("finish", finish)):
+            late = np.nan_to_num(times, nan=t0) - t0 > MAX_TIME_S
+            if late.any():
+                i = int(np.argmax(late))
+                raise SimbatchError(f"{source}: entry {i + 1}", f"{name} {float(times[i]):.4g} s comes "
+                                    f"{float(times[i]) - t0:.3g} s after the first send, beyond {MAX_TIME_S:.0e} s "
+                                    "(32 years), where simulated time cannot resolve a microsecond")
+            coarse = np.spacing(np.abs(np.nan_to_num(times))) > CLOCK_RESOLUTION_S
+            if coarse.any():
+                i = int(np.argmax(coarse))
+                raise SimbatchError(f"{source}: entry {i + 1}", f"{name} {float(times[i]):.4g} s: a clock reading "
+                                    "this large cannot resolve a microsecond (a float of seconds holds one only "
+                                    "below about 8.6e9 s); is the unit right?")
+
+
 def _assemble(source: str, system: str, arrival, prompt, output, first, finish, ok=None,
               token_times=None, notes=None) -> MeasuredRun:
-    """Sort by arrival (stable; a note if the log was not in send order), re-base to the first arrival."""
+    """Check the clock (:func:`_check_clock`), sort by arrival (stable; a note if the log was not
+    in send order), re-base to the first arrival."""
     notes = list(notes or [])
+    _check_clock(source, np.asarray(arrival, np.float64), np.asarray(first, np.float64),
+                 np.asarray(finish, np.float64))
     order = np.argsort(arrival, kind="stable")
     if (np.diff(arrival) < 0).any():
         notes.append(f"{source}: rows not in send order; sorted {len(arrival)} by arrival")

@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import ast
 import json
+import re
+from array import array
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Callable
 
@@ -77,7 +80,8 @@ def read_measured(path: str | Path, format: str | None = None, columns: dict | N
         if columns is None and _has_own_columns(path):
             columns = SIMBATCH_COLUMNS  # a requests.csv (or .parquet) that simbatch itself wrote
         if columns is None:
-            raise SimbatchError("columns", f"required to read {path} as a generic log")
+            raise SimbatchError("columns", f"required to read {path} as a generic log (the mapping of its "
+                                           "columns: docs/measured.md, Generic CSV / JSONL)")
         return read_generic_run(path, columns, **options)
     doc = _json_doc(_existing(path)) if doc is None else doc
     if format == "vllm":
@@ -126,14 +130,14 @@ def _detect(p: Path) -> tuple[str, Any]:
         return "distserve", None
     if not head.startswith("{"):
         raise SimbatchError(str(p), "cannot tell the log's format; pass format= (one of "
-                            f"{', '.join(FORMATS)})")
+                            f"{', '.join(FORMATS)}; --format on the command line)")
     doc = _parse_json(str(p), text)
     if isinstance(doc, dict) and "experiments" in doc:
         return "genai-perf", doc
     if isinstance(doc, dict) and ("ttfts" in doc or "input_lens" in doc):
         return "vllm", doc
     raise SimbatchError(str(p), "a JSON object with neither 'experiments' (genai-perf) nor 'ttfts' "
-                        "(vLLM --save-result): pass format= or columns=")
+                        "(vLLM --save-result): pass format= or columns= (--format or --columns on the command line)")
 
 
 # --- DistServe .exp -----------------------------------------------------------
@@ -152,21 +156,10 @@ def read_distserve(path: str | Path) -> MeasuredRun:
     p = _existing(path)
     lineno, line = _first_line(p, _text(p))
     where = f"{p}:{lineno}"
-    try:
-        rows = ast.literal_eval(line.strip())
-    except SyntaxError as e:
-        raise SimbatchError(where, f"not a Python literal ({e.msg})") from None
-    except (ValueError, TypeError):
-        raise SimbatchError(where, "not a plain Python literal (only lists, dicts, strings and "
-                            "numbers are allowed)") from None
-    except (RecursionError, MemoryError):
-        raise SimbatchError(where, "literal nested too deeply or too large to parse") from None
-    if not isinstance(rows, list):
-        raise SimbatchError(where, f"expected a list of per-request dicts, got {type(rows).__name__}")
-    if not rows:
-        raise SimbatchError(where, "empty list: no requests")
     fail = _entry_fail(str(p))
-    cols = _distserve_columns(rows, fail)
+    cols = _distserve_columns(_distserve_rows(where, line), fail)
+    if not len(cols["issue_time"]):
+        raise SimbatchError(where, "empty list: no requests")
     issue, first, done = cols["issue_time"], cols["first_token_time"], cols["complete_time"]
     _check_order(fail, issue, first, done, None, ("issue_time", "first_token_time", "complete_time"))
     return _assemble(str(p), p.name.split("-")[0].split(".")[0], issue,
@@ -174,9 +167,78 @@ def read_distserve(path: str | Path) -> MeasuredRun:
                      first, done)
 
 
-def _distserve_columns(rows: list, fail: Fail) -> dict[str, np.ndarray]:
-    """Validate every row; return one float64 column per key."""
-    out = {k: np.empty(len(rows)) for k in DISTSERVE_KEYS}
+# One request of a DistServe log's list: a dict holding no dict, then the comma before the
+# next one or the list's closing bracket.
+_FLAT_DICT = re.compile(r"\s*(\{[^{}]*\})\s*(?:,|(\]))")
+# Beyond this a line that is not a list of flat dicts is not handed whole to ast.literal_eval,
+# whose syntax tree takes some 60 times the text's size (a 1,000,000-request log: 11.7 GB).
+LITERAL_BYTES = 16 * 2**20
+
+
+def _distserve_rows(where: str, line: str) -> Iterator:
+    """The per-request dicts of a DistServe log's literal line, one at a time, in bounded memory:
+    each flat dict ``{...}`` of the list is read alone (as JSON once its quotes are swapped,
+    which is exact for a dict of plain numbers, else by ``ast.literal_eval``). A line that is not
+    such a list is read whole by :func:`_literal_rows`, for its messages."""
+    start = len(line) - len(line.lstrip())
+    if not line.startswith("[", start):
+        yield from _literal_rows(where, line)
+        return
+    pos, rows = start + 1, 0
+    while (match := _FLAT_DICT.match(line, pos)) is not None:
+        yield _flat_dict(where, match.group(1))
+        rows, pos = rows + 1, match.end()
+        if match.group(2):  # the list's end: nothing may follow it
+            if line[pos:].strip():
+                raise SimbatchError(where, f"text after the list's closing bracket: {_show(line[pos:].strip())}")
+            return
+    if line[pos:].strip() == "]":
+        return
+    if rows == 0 or len(line) <= LITERAL_BYTES:
+        yield from _literal_rows(where, line)[rows:]
+        return
+    raise SimbatchError(where, f"after request {rows:,} (character {pos:,}): expected a dict of numbers, or "
+                        f"the list's end, got {_show(line[pos:pos + 40])}")
+
+
+def _flat_dict(where: str, text: str):
+    """One request's dict literal: JSON once its quotes are swapped (fast, and exact for plain
+    numbers), else ``ast.literal_eval`` of the dict alone (its messages; a quote in a string)."""
+    if '"' not in text and "\\" not in text:
+        try:
+            return json.loads(text.replace("'", '"'))
+        except (ValueError, RecursionError):
+            pass
+    return _literal(where, text)
+
+
+def _literal_rows(where: str, line: str) -> list:
+    """The whole line as one literal, which must be a list (small lines only: :data:`LITERAL_BYTES`)."""
+    if len(line) > LITERAL_BYTES:
+        raise SimbatchError(where, f"expected a list of per-request dicts ('[{{...}}, ...]'), got "
+                            f"{_show(line.strip()[:40])}")
+    rows = _literal(where, line.strip())
+    if not isinstance(rows, list):
+        raise SimbatchError(where, f"expected a list of per-request dicts, got {type(rows).__name__}")
+    return rows
+
+
+def _literal(where: str, text: str):
+    """``ast.literal_eval(text)``, its failures as one line at ``where`` (never ``eval``)."""
+    try:
+        return ast.literal_eval(text)
+    except SyntaxError as e:
+        raise SimbatchError(where, f"not a Python literal ({e.msg})") from None
+    except (ValueError, TypeError):
+        raise SimbatchError(where, "not a plain Python literal (only lists, dicts, strings and "
+                            "numbers are allowed)") from None
+    except (RecursionError, MemoryError):
+        raise SimbatchError(where, "literal nested too deeply or too large to parse") from None
+
+
+def _distserve_columns(rows: Iterable, fail: Fail) -> dict[str, np.ndarray]:
+    """Validate every row as it comes; return one float64 column per key."""
+    out = {k: array("d") for k in DISTSERVE_KEYS}
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             fail(i, f"expected a dict, got {type(row).__name__} {_show(row)}")
@@ -186,8 +248,8 @@ def _distserve_columns(rows: list, fail: Fail) -> dict[str, np.ndarray]:
             is_count = key in ("prompt_len", "output_len")
             # Absolute clock readings may be any finite number; lengths and durations may not be negative.
             minimum = 1 if is_count else (0.0 if key.endswith("_ms") else None)
-            out[key][i] = (_count if is_count else _number)(lambda c, i=i: fail(i, c), key, row[key], minimum)
-    return out
+            out[key].append((_count if is_count else _number)(lambda c, i=i: fail(i, c), key, row[key], minimum))
+    return {k: np.frombuffer(v, dtype=np.float64) if len(v) else np.empty(0) for k, v in out.items()}
 
 
 # --- vLLM benchmark_serving.py --save-result ------------------------------------
@@ -277,7 +339,8 @@ def _vllm_arrivals(path: str, doc: dict, n: int, arrivals: Any, notes: list[str]
         return np.zeros(n)
     raise SimbatchError(path, f"no per-request send times ('start_times') and request_rate={rate!r}, "
                         f"max_concurrency={concurrency!r}: arrivals cannot be rebuilt; pass arrivals= "
-                        "(seconds, one per request in file order)")
+                        "(seconds, one per request in file order; on the command line --log-option arrivals=FILE, "
+                        "one number a line)")
 
 
 def _vllm_assemble(path, doc, arrival, prompt, output, ttft, gaps, ok, notes) -> MeasuredRun:
@@ -357,7 +420,7 @@ def _genai_requests(path: str, doc: Any, experiment: Any) -> tuple[list, str]:
         raise SimbatchError(path, "'experiments' is empty: no requests")
     if experiment is None and len(exps) > 1:
         raise SimbatchError(path, f"{len(exps)} experiments (load levels) in one file: pick one with "
-                            f"experiment=0..{len(exps) - 1}")
+                            f"experiment=0..{len(exps) - 1} (--log-option experiment=K on the command line)")
     k = 0 if experiment is None else experiment
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(exps):
         raise SimbatchError("experiment", f"expected an index 0..{len(exps) - 1}, got {experiment!r}")
@@ -449,7 +512,8 @@ def _genai_lengths(fail: Fail, stamps: list, given: np.ndarray | None) -> tuple[
             prompt[i] = given[i]
         else:
             f("prompt length not recorded (no usage.prompt_tokens in the responses): pass prompt_tokens= "
-              "(one int for all requests, or one per request in file order)")
+              "(one int for all requests, or one per request in file order; on the command line "
+              "--log-option prompt_tokens=N, or =FILE with one a line)")
         if used_output is not None and times:
             output[i] = _count(f, "usage.completion_tokens", used_output, 1)
         else:

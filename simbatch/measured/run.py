@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from simbatch.errors import SimbatchError
 from simbatch.workload.request import Workload
 
 
@@ -50,6 +51,13 @@ class MeasuredRun:
     def succeeded(self) -> np.ndarray:
         """Boolean mask of the requests that completed."""
         return np.ones(len(self), bool) if self.ok is None else self.ok
+
+    def check_completed(self, purpose: str) -> None:
+        """A one-line :class:`SimbatchError` naming the log when none of its requests completed:
+        it holds no latency, so there is nothing to ``purpose`` (``fit on``, ``compare with``)."""
+        if not self.succeeded.any():
+            raise SimbatchError(self.source, f"no request completed (all {len(self):,} failed, as the log "
+                                             f"records them): no latency to {purpose}")
 
     @property
     def offered_rate(self) -> float:

@@ -136,6 +136,8 @@ def validate_runs(scenario: Scenario, runs: list[MeasuredRun], labels: list[str]
     """:func:`validate_against` on runs already read (``labels``: each run's ``log``; default its source)."""
     labels = labels or [r.source for r in runs]
     names = log_names(labels)
+    for run in runs:  # before any simulation: a log of failures only compared as every error None
+        run.check_completed("compare with")
     logs = [validate_run(scenario, run, label, name) for run, label, name in zip(runs, labels, names)]
     for v, speed in zip(logs, log_speeds(scenario, runs)):
         v.errors["steps_vs_other_logs"] = speed

@@ -146,7 +146,10 @@ def plot_cdfs(v, path: Path) -> Path:
         ax.set_ylabel("fraction of requests")
         ax.set_ylim(0, 1.02)
         ax.grid(linewidth=0.4, alpha=0.5)
-        ax.legend(fontsize=7, loc="lower right")
+        if ax.lines:
+            ax.legend(fontsize=7, loc="lower right")
+        else:  # no TPOT when every output is one token: say so, where matplotlib warned of no legend
+            ax.text(0.5, 0.5, f"no {name} in this log", ha="center", va="center", transform=ax.transAxes)
     fig.suptitle(f"{v.name}: measured vs predicted", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
