@@ -154,7 +154,7 @@ def test_an_empty_list_or_no_workers_is_refused_not_read_as_all(tmp_path, capsys
 
 
 @pytest.mark.parametrize("override, where, cause", [
-    ("cluster.replicas=1000000000", "cluster.replicas", "1,000,000,000 replicas need at least"),
+    ("cluster.replicas=1000000000", "cluster.replicas", "must be at most 10,000"),
     ("kv_cache.block_size=1000000000000", "kv_cache.block_size", "one block of llama-2-7b needs more memory"),
 ])
 def test_sizes_that_cannot_be_built_are_refused_up_front(capsys, override, where, cause):

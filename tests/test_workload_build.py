@@ -114,9 +114,9 @@ def test_build_errors(spec, where, word):
     assert err.where == where and word in err.cause, str(err)
 
 
-def test_missing_trace_file_names_the_path(tmp_path):
+def test_missing_trace_file_names_the_field_and_the_path(tmp_path):
     err = error_of({"trace": "nope.csv"}, tmp_path)
-    assert err.where == str(tmp_path / "nope.csv")
+    assert err.where.endswith("workload.trace") and str(tmp_path / "nope.csv") in err.cause
 
 
 def test_describe_workload():

@@ -16,7 +16,7 @@ import numpy as np
 from simbatch.errors import SimbatchError
 from simbatch.horizon import MAX_TIME_S  # simulated time's horizon (1e9 s)
 import simbatch.workload.transforms as transforms
-from simbatch.workload.readers import read_trace
+from simbatch.workload.readers import check_trace_format, read_trace
 from simbatch.workload.tracepath import trace_path
 from simbatch.workload.request import Request, Workload
 from simbatch.workload.synthetic import (check_keys, check_number, number, require_mapping, sample_arrivals,
@@ -69,6 +69,7 @@ def _from_trace(spec: dict, rng: np.random.Generator, base_dir: Path, where: str
     trace = spec["trace"]
     if not isinstance(trace, str) or not trace:
         raise SimbatchError(f"{where}.trace", f"expected a file path, got {trace!r}")
+    check_trace_format(spec.get("format"), where)  # a bad field before a missing file: both are the user's
     w = read_trace(trace_path(base_dir, trace, where), spec.get("format"), spec.get("columns"), where)
     has_arrivals = not np.isnan(w.arrival_s).any()
     if "arrival" in spec:

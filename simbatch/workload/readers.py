@@ -126,8 +126,7 @@ def check_column_mapping(columns: object, allowed: tuple, required: tuple, where
 def read_trace(path: str | Path, fmt: str | None = None, columns: dict | None = None,
                where: str = "workload") -> Workload:
     """Read a trace in ``fmt`` (inferred by :func:`detect_format` when None)."""
-    if fmt is not None and fmt not in FORMATS:
-        raise SimbatchError(f"{where}.format", f"unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
+    check_trace_format(fmt, where)
     text = _text(path)  # read once: detecting the format and reading the rows share it
     fmt = fmt or _detect(Path(path), text)
     if fmt == "generic":
@@ -140,6 +139,12 @@ def read_trace(path: str | Path, fmt: str | None = None, columns: dict | None = 
         raise SimbatchError(f"{where}.columns", f"only allowed with format: generic (this is {fmt})")
     roles = _lengths_roles(text) if fmt == "lengths" else {"azure": _AZURE, "mooncake": _MOONCAKE}[fmt]
     return _read(path, roles, fmt, text)
+
+
+def check_trace_format(fmt, where: str) -> None:
+    """A trace format given in a scenario must be one of :data:`FORMATS` (None: inferred)."""
+    if fmt is not None and fmt not in FORMATS:
+        raise SimbatchError(f"{where}.format", f"unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
 
 
 def detect_format(path: str | Path) -> str:
