@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,19 +10,13 @@ from simbatch.costmodel import RooflineCostModel
 from simbatch.costmodel.base import chunked_prefill_seconds
 from simbatch.costmodel.roofline import DEFAULT_PARAMS
 from simbatch.plan import StepPlan
+from scriptkit import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 SARATHI = SHARED / "measured" / "sarathi-serve-a100"
 VIDUR = SHARED / "reference" / "gpu_profiles"
 
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +72,7 @@ def test_ramp_keeps_fast_prices_identical(yi):
 
 @pytest.mark.skipif(not VIDUR.is_dir(), reason="shared/reference/gpu_profiles is absent")
 def test_vidur_fit_reproduces_shipped_values():
-    fit = _load(REPO / "calibration" / "fit_roofline_vidur.py", "fit_roofline_vidur")
+    fit = load_script(REPO / "calibration" / "fit_roofline_vidur.py", "fit_roofline_vidur")
     for csv, model in fit.CHECKS:
         measured = fit.measured_per_layer_ms(VIDUR / csv)
         new = fit.errors(model, measured)
@@ -92,7 +84,7 @@ def test_vidur_fit_reproduces_shipped_values():
 
 @pytest.mark.skipif(not SARATHI.is_dir(), reason="shared/measured/sarathi-serve-a100 is absent")
 def test_benchmark_targets_on_sarathi():
-    bench = _load(REPO / "benchmarks" / "bench_chunking.py", "bench_chunking")
+    bench = load_script(REPO / "benchmarks" / "bench_chunking.py", "bench_chunking")
     cm = bench.cost_model()
     f9, t2 = bench.figure9(SARATHI, cm), bench.table2(SARATHI, cm)
     met = bench.targets(f9, t2)

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +12,7 @@ from simbatch.costmodel import RooflineCostModel, build_cost_model
 from simbatch.engines import PRESETS, parse_engine
 from simbatch.errors import SimbatchError
 from simbatch.plan import StepPlan
+from scriptkit import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 SARATHI = REPO.parent / "shared" / "measured" / "sarathi-serve-a100"
@@ -21,22 +20,15 @@ needs_sarathi = pytest.mark.skipif(not SARATHI.is_dir(),
                                    reason="../shared/measured/sarathi-serve-a100 is absent (Sarathi-Serve's CSVs)")
 
 
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
 
 @pytest.fixture(scope="module")
 def fit():
-    return _load(REPO / "calibration" / "fit_sarathi_engine.py", "fit_sarathi_engine")
+    return load_script(REPO / "calibration" / "fit_sarathi_engine.py", "fit_sarathi_engine")
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return _load(REPO / "benchmarks" / "bench_chunking.py", "bench_chunking")
+    return load_script(REPO / "benchmarks" / "bench_chunking.py", "bench_chunking")
 
 
 DECODE = StepPlan([1, 2, 3, 4], [1] * 4, [1024] * 4, None, 4)
