@@ -231,3 +231,16 @@ def test_one_number_format_never_scientific_and_long_durations_in_seconds(value,
     from simbatch.report.table import fmt_ms, fmt_num
 
     assert fmt_num(value) == num and fmt_ms(value) == ms
+
+
+def test_a_latency_column_reads_in_one_unit():
+    """A column of half-hour queues beside sub-second ones reads in seconds, its header
+    saying so (issue 33: 'TTFT p50 ms' showed '1,980 s'); a column under 10 s stays in ms."""
+    from simbatch.report.table import column_cells, comparison_cells
+
+    assert column_cells("TTFT p50 ms", [75.0, 2_016_741.0, None], "ms") == ("TTFT p50 s", ["0.0750", "2,017", "-"])
+    assert column_cells("TPOT p50 ms", [20.6, 47.5], "ms") == ("TPOT p50 ms", ["20.6", "47.5"])
+    table = pd.DataFrame({"policy": ["a", "b"], "ttft_p50_ms": [75.0, 2_016_741.0], "tpot_p50_ms": [20.6, 47.5]})
+    headers, rows = comparison_cells(table)
+    assert "TTFT p50 s" in headers and "TPOT p50 ms" in headers
+    assert not any(cell.endswith(" s") for row in rows for cell in row)

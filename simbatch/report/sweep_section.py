@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from simbatch.report.figures_series import LOAD_GROUP, LOAD_X
-from simbatch.report.table import FORMATS
+from simbatch.report.table import view_cells
 
 # (header with unit, sweep.csv column, kind): kind picks the formatting, as in COMPARISON_VIEW.
 SWEEP_VIEW = (
@@ -54,11 +54,11 @@ def sweep_rows(sweep: pd.DataFrame, axes: list[str]) -> tuple[list[str], list[li
     """Headers and formatted rows: the axes, the metrics sweep.csv has, then the run id."""
     view = [(h, col, k) for h, col, k in SWEEP_VIEW if col in sweep.columns]
     ident = ["run_id"] if "run_id" in sweep.columns else []
-    headers = axes + [h for h, _, _ in view] + ident
-    rows = [[axis_value(rec[a]) for a in axes] + [FORMATS[k](rec[col]) for _, col, k in view]
-            + [str(rec[c]) for c in ident]
-            for rec in sweep.head(MAX_ROWS).to_dict("records")]
-    return headers, rows
+    records = sweep.head(MAX_ROWS).to_dict("records")
+    heads, cells = view_cells(records, view)
+    rows = [[axis_value(rec[a]) for a in axes] + row + [str(rec[c]) for c in ident]
+            for rec, row in zip(records, cells)]
+    return axes + heads + ident, rows
 
 
 def grid_rows(sweep: pd.DataFrame, axes: list[str], spec: dict | None) -> list[list[str]]:

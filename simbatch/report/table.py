@@ -99,6 +99,27 @@ def fmt_duration(ms) -> str:
 FORMATS = {"num": fmt_num, "ms": fmt_ms, "pct": fmt_pct, "int": fmt_int}  # by COMPARISON_VIEW kind
 
 
+def column_cells(header: str, values: list, kind: str) -> tuple[str, list[str]]:
+    """One column's header and cells in one unit: a duration column (``kind`` ``ms``) reads in
+    seconds, its header saying ``s``, when its largest value is 10 s or more (a queue of half an
+    hour), else in ms; other kinds as :data:`FORMATS` writes them."""
+    if kind != "ms":
+        return header, [FORMATS[kind](v) for v in values]
+    present = [abs(float(v)) for v in values if not _missing(v)]
+    if present and max(present) >= MS_AS_SECONDS:
+        head = header[:-3] + " s" if header.endswith(" ms") else header
+        return head, ["-" if _missing(v) else fmt_num(float(v) / 1000) for v in values]
+    return header, [fmt_num(v) for v in values]
+
+
+def view_cells(records: list[dict], view) -> tuple[list[str], list[list[str]]]:
+    """Headers and row cells of ``view`` (``(header, column, kind)`` triples) over ``records``,
+    one unit per column (:func:`column_cells`)."""
+    columns = [column_cells(h, [rec.get(col) for rec in records], k) for h, col, k in view]
+    return [h for h, _ in columns], [list(row) for row in zip(*(cells for _, cells in columns))] \
+        if columns else [[] for _ in records]
+
+
 def render(headers: list[str], rows: list[list[str]], markdown: bool = False) -> str:
     """Align string cells: first column left, the rest right; plain text or a Markdown table."""
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
@@ -119,11 +140,9 @@ def comparison_cells(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     terminal's, the Markdown's and the HTML report's. Optional columns only when some row has a value."""
     view = [(h, col, k) for h, col, k in COMPARISON_VIEW
             if col not in OPTIONAL_VIEW or (col in table and table[col].notna().any())]
-    headers = ["policy"] + [h for h, _, _ in view]
-    rows = []
-    for rec in table.to_dict("records"):
-        rows.append([str(rec["policy"])] + [FORMATS[k](rec.get(col)) for _, col, k in view])
-    return headers, rows
+    records = table.to_dict("records")
+    headers, cells = view_cells(records, view)
+    return ["policy"] + headers, [[str(rec["policy"])] + row for rec, row in zip(records, cells)]
 
 
 def format_comparison(table: pd.DataFrame) -> str:
