@@ -244,3 +244,22 @@ def test_a_latency_column_reads_in_one_unit():
     headers, rows = comparison_cells(table)
     assert "TTFT p50 s" in headers and "TPOT p50 ms" in headers
     assert not any(cell.endswith(" s") for row in rows for cell in row)
+
+
+def test_without_pyarrow_tables_are_csv_and_parquet_asked_for_is_one_line(tmp_path, monkeypatch, capsys):
+    """pyarrow is the optional ``parquet`` extra: without it a run writes CSV, a sweep writes
+    sweep.csv with a note, and --format parquet is refused before anything runs."""
+    import simbatch.report.parquet_table as pt
+    from simbatch.cli import main
+
+    monkeypatch.setattr(pt.importlib.util, "find_spec", lambda name, *a: None if name == "pyarrow" else object())
+    assert not pt.has_pyarrow()
+    assert main(["run", "classroom", "--format", "parquet", "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "pip install 'simbatch[parquet]'" in err and "\n" not in err and not (tmp_path / "p").exists()
+    assert main(["run", "classroom", "--out", str(tmp_path / "r")]) == 0
+    assert (tmp_path / "r" / "requests.csv").exists()
+    assert main(["sweep", "classroom", "--grid", "workload.rate_scale=1,2", "--executor", "inline",
+                 "--out", str(tmp_path / "s")]) == 0
+    assert (tmp_path / "s" / "sweep.csv").exists() and not (tmp_path / "s" / "sweep.parquet").exists()
+    assert "sweep.parquet not written: pyarrow is not installed" in capsys.readouterr().err

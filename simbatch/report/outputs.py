@@ -43,6 +43,7 @@ from simbatch.errors import SimbatchError
 # The marker and what may be replaced live with the output checks (simbatch.outpaths); names of this module too.
 from simbatch.outpaths import KNOWN_OUTPUTS, MARKER, check_path_name, output_kind, refusal, replaceable  # noqa: F401
 from simbatch.report.csv_table import write_csv as _write_csv  # tests replace it here
+from simbatch.report.parquet_table import has_pyarrow, require_pyarrow
 from simbatch.report.parquet_table import write_parquet as _write_parquet  # (pyarrow only when called)
 
 if TYPE_CHECKING:  # pandas only in annotations: a run writes its tables without it
@@ -203,16 +204,20 @@ def check_table_format(format: str, where: str = "format") -> str:
     """``format`` when it is one of :data:`TABLE_FORMATS`, else a :class:`SimbatchError` at ``where``."""
     if format not in TABLE_FORMATS:
         raise SimbatchError(where, f"unknown table format {format!r}; allowed: {', '.join(TABLE_FORMATS)}")
+    if format == "parquet":
+        require_pyarrow(where)
     return format
 
 
 def table_format(format: str, *tables) -> str:
     """``csv`` or ``parquet``: ``format`` itself, or for ``auto`` Parquet when one of ``tables``
-    (DataFrames or column dicts) has more than :data:`SPREADSHEET_ROWS` rows. A run's tables are
+    (DataFrames or column dicts) has more than :data:`SPREADSHEET_ROWS` rows and pyarrow is
+    installed (else CSV). A run's tables are
     all written one way, so a folder holds ``requests.csv`` and ``steps.csv``, or both as Parquet."""
     if check_table_format(format) != "auto":
         return format
-    return "parquet" if max((_rows(t) for t in tables), default=0) > SPREADSHEET_ROWS else "csv"
+    large = max((_rows(t) for t in tables), default=0) > SPREADSHEET_ROWS
+    return "parquet" if large and has_pyarrow() else "csv"  # without pyarrow, CSV at any size
 
 
 def _rows(table) -> int:

@@ -15,6 +15,7 @@ reads either back as NaN.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -27,6 +28,19 @@ from simbatch.errors import SimbatchError
 # built only to be dropped. On speed_c's 3.9 million steps (2-core machine): 1.1 s and 166 MB this
 # way, 1.7 s and 170 MB with pyarrow's defaults, 1.9 s and 140 MB with zstd.
 COMPRESSION = "snappy"
+
+
+def has_pyarrow() -> bool:
+    """Whether pyarrow (the ``parquet`` extra, 170 MB installed) is here: Parquet needs it, CSV
+    does not, so a plain install can leave it out."""
+    return importlib.util.find_spec("pyarrow") is not None
+
+
+def require_pyarrow(where: str) -> None:
+    """A one-line error at ``where`` when Parquet is asked for and pyarrow is not installed."""
+    if not has_pyarrow():
+        raise SimbatchError(where, "Parquet needs pyarrow, which this installation lacks: "
+                                   "pip install 'simbatch[parquet]' (or write CSV)")
 
 
 def write_parquet(path, table) -> None:
@@ -69,6 +83,7 @@ def _bits(flags: np.ndarray):
 
 def parquet_columns(path: Path) -> list[str]:
     """The column names of a Parquet file (from its footer; no data is read)."""
+    require_pyarrow(str(path))
     import pyarrow.parquet as pq
 
     try:
@@ -80,6 +95,7 @@ def parquet_columns(path: Path) -> list[str]:
 def read_parquet(path: Path, columns: tuple[str, ...] | None = None):
     """``columns`` of a Parquet file (all when None) as a pandas DataFrame; a :class:`SimbatchError`
     names the file when it is unreadable (truncated: its footer is at the end) or lacks a column."""
+    require_pyarrow(str(path))
     import pyarrow.parquet as pq
 
     missing = [c for c in columns or () if c not in parquet_columns(path)]

@@ -195,7 +195,9 @@ def run_sweep(scenario: Scenario, grid: Grid, out_dir: str | Path, executor: Exe
         if bar:
             bar.close()
     table = collect(runs_dir, points, grid, note)
-    write_table(Path(out_dir), table)
+    if not write_table(Path(out_dir), table):
+        note("sweep.parquet not written: pyarrow is not installed (pip install 'simbatch[parquet]'); "
+             "sweep.csv holds the same table")
     table.attrs.update(points=grid.size, runs=len(points), reused=len(points) - len(todo), ran=len(todo))
     return table
 
@@ -261,7 +263,14 @@ def tidy_column(values: list, name: str) -> pd.Series:
     return pd.Series(values, name=name, dtype=dtype)
 
 
-def write_table(out_dir: Path, table: pd.DataFrame) -> None:
-    """Write ``sweep.csv`` and ``sweep.parquet``, each atomically."""
+def write_table(out_dir: Path, table: pd.DataFrame) -> bool:
+    """Write ``sweep.csv`` and, where pyarrow is installed, ``sweep.parquet``, each atomically;
+    returns whether the Parquet copy was written."""
+    from simbatch.report.parquet_table import has_pyarrow
+
     atomic_write(out_dir / "sweep.csv", lambda p: table.to_csv(p, index=False))
+    if not has_pyarrow():
+        (out_dir / "sweep.parquet").unlink(missing_ok=True)  # an older copy would disagree with the CSV
+        return False
     atomic_write(out_dir / "sweep.parquet", lambda p: table.to_parquet(p, index=False))
+    return True
