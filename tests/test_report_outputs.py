@@ -263,3 +263,20 @@ def test_without_pyarrow_tables_are_csv_and_parquet_asked_for_is_one_line(tmp_pa
                  "--out", str(tmp_path / "s")]) == 0
     assert (tmp_path / "s" / "sweep.csv").exists() and not (tmp_path / "s" / "sweep.parquet").exists()
     assert "sweep.parquet not written: pyarrow is not installed" in capsys.readouterr().err
+
+
+def test_a_narrow_terminal_gets_the_core_columns_and_a_file_gets_them_all():
+    """The comparison table was 222-255 characters wide whatever the terminal (issue 33 §3)."""
+    from simbatch.report.table import CORE_COLUMNS, format_comparison
+
+    table = pd.DataFrame({"policy": ["continuous"], "completed": [3000], "request_throughput": [2.44],
+                          "ttft_p50_ms": [75.0], "ttft_p99_ms": [372.9], "tpot_p50_ms": [20.6],
+                          "tpot_p99_ms": [39.0], "e2el_p50_ms": [3463.0], "slo_attainment": [0.997],
+                          "mfu": [0.144], "mbu": [0.533], "preemptions": [0]})
+    full = format_comparison(table)
+    assert "MFU %" in full and format_comparison(table, width=10_000) == full
+    narrow = format_comparison(table, width=100)
+    lines = narrow.splitlines()
+    assert "MFU %" not in narrow and all(c in lines[0] for c in ("req/s", "TTFT p50", "SLO %", "preempt"))
+    assert max(len(line) for line in lines[:-1]) <= 100 and "more columns in comparison.csv" in lines[-1]
+    assert len(CORE_COLUMNS) == 8

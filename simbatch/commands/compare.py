@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import sys
+
 from simbatch.commands.common import (add_format_argument, add_scenario_arguments, check_format, comma_list, load,
                                       print_notes)
 
 NAME = "compare"
 HELP = "run one workload under several policies"
+
+
+def terminal_width() -> int | None:
+    """The terminal's width when standard output is one, else None (a file or a pipe gets the
+    whole table)."""
+    import shutil
+
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
 def add_arguments(p) -> None:
@@ -58,7 +68,7 @@ def run(args) -> None:
     first = next(iter(runs.values())).summary
     print(f"{scenario.name}: {first['model']['name']} on {describe_gpus(first)}, "
           f"{first['num_requests']} requests")
-    print(format_comparison(table))
+    print(format_comparison(table, terminal_width()))
     if args.out:
         write_compare(args.out, runs, table, args.format)
         print(f"wrote {args.out}/comparison.csv, comparison.png and one folder per policy")

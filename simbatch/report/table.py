@@ -145,9 +145,22 @@ def comparison_cells(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return ["policy"] + headers, [[str(rec["policy"])] + row for rec, row in zip(records, cells)]
 
 
-def format_comparison(table: pd.DataFrame) -> str:
-    """The comparison table (see ``metrics.comparison_table``) as aligned plain text."""
-    return render(*comparison_cells(table))
+# The columns a narrow terminal keeps, in this order of dropping last: what a user reads first.
+CORE_COLUMNS = ("req/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2EL p50", "SLO %", "preempt")
+
+
+def format_comparison(table: pd.DataFrame, width: int | None = None) -> str:
+    """The comparison table (see ``metrics.comparison_table``) as aligned plain text; with a
+    ``width`` (a terminal's) narrower than the full table, only :data:`CORE_COLUMNS` are kept
+    and a last line says what was left out and where the full table is (files keep it all)."""
+    headers, rows = comparison_cells(table)
+    full = render(headers, rows)
+    if width is None or max(len(line) for line in full.splitlines()) <= width:
+        return full
+    keep = [0] + [i for i, h in enumerate(headers) if any(h.startswith(c + " ") or h == c for c in CORE_COLUMNS)]
+    narrow = render([headers[i] for i in keep], [[r[i] for i in keep] for r in rows])
+    left = len(headers) - len(keep)
+    return f"{narrow}\n({left} more columns in comparison.csv; a wider terminal shows them all)"
 
 
 def format_comparison_markdown(table: pd.DataFrame) -> str:
