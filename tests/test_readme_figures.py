@@ -80,3 +80,19 @@ def test_the_v1_accuracy_rows_are_what_validate_prints(scenario, logs, label):
                  for k in ("ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms", "tpot_p90_ms")]
         rate = f"{e['offered_rate']:.2f}"
         assert any(f"| {rate} | " + " | ".join(cells) + " |" in line for line in shown), (v.name, cells, shown)
+
+
+@needs_shared
+def test_the_capacity_table_is_what_the_printed_command_prints(capsys):
+    """The capacity bullet's table, from the command printed above it (about 40 s on 2 cores)."""
+    from simbatch.cli import main
+
+    block = re.search(r"```bash\n  (simbatch capacity azure_conv .*?)\n  ```", README, re.S)
+    assert block, "README: no capacity command before its table"
+    argv = block.group(1).replace("\\\n", " ").split()[1:]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(printed) if line.startswith("configuration"))
+    ours = [line.rstrip() for line in printed[start:start + 10]]
+    shown = re.search(r"\n  (configuration .*?)\n  ```", README, re.S).group(1).split("\n  ")
+    assert ours == [line.rstrip() for line in shown]
