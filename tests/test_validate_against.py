@@ -14,7 +14,7 @@ from simbatch import load_scenario, run
 from simbatch.cli import main
 from simbatch.errors import SimbatchError
 from simbatch.validation.against import ENTRY_KEYS, ERROR_KEYS, validate_against
-from simbatch.validation.against_report import format_against_table, write_against
+from simbatch.validation.against_report import format_against_table, vs_rate_series, write_against
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASURED = ROOT.parent / "shared" / "measured" / "distserve-opt13b-a100"
@@ -179,3 +179,28 @@ def test_request_larger_than_kv_cache_is_one_line_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "KV blocks" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_rows_and_rate_plot_points_sorted_by_rate(tmp_path):
+    # Given fast before slow, and named so that name order is not rate order: the table's rows and
+    # vs_rate.png's points go by offered rate; TTFT p50/p90 is a panel of the plot.
+    logs = []
+    for name, rate in (("a-fast", 8), ("b-slow", 2), ("c-mid", 4)):
+        scenario = load_scenario("chat", ["workload.synthetic.num_requests=60",
+                                          f"workload.synthetic.arrival.rate={rate}"])
+        logs.append(own_log(scenario, tmp_path / f"{name}.csv"))
+    result = validate_against(load_scenario("chat", SMALL), logs, columns=COLUMNS)
+    rows = format_against_table(result).splitlines()[2:]
+    assert [r.split()[0] for r in rows] == ["b-slow", "c-mid", "a-fast"]
+    rates = [float(r.split()[1]) for r in rows]
+    assert rates == sorted(rates)
+    panels = dict(vs_rate_series(result))
+    assert list(panels) == ["SLO attainment", "TTFT (ms)", "TPOT (ms)"]
+    ttft = {legend: (x, y) for legend, x, y in panels["TTFT (ms)"]}
+    assert list(ttft) == ["measured p50", "predicted p50", "measured p90", "predicted p90"]
+    x, y = ttft["measured p90"]
+    assert x == sorted(x) and len(x) == 3
+    by_name = {v.name: v.errors for v in result.logs}
+    assert y == [by_name[n]["ttft_p90_ms_measured"] for n in ("b-slow", "c-mid", "a-fast")]
+    write_against(tmp_path / "out", result)
+    assert (tmp_path / "out" / "vs_rate.png").stat().st_size > 0

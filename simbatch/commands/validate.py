@@ -103,7 +103,7 @@ def run_against(args) -> None:
     from simbatch.errors import SimbatchError
     from simbatch.outpaths import check_out_dir
     from simbatch.validation.against import validate_runs
-    from simbatch.validation.against_report import format_against_table, write_against
+    from simbatch.validation.against_report import by_rate, format_against_table, write_against
 
     for dest, flag in TORCH_OPTIONS:
         if getattr(args, dest) is not None:
@@ -114,12 +114,12 @@ def run_against(args) -> None:
         check_out_dir(args.out)
     runs = read_logs(args, args.against)  # every log read before anything is simulated
     result = validate_runs(scenario, runs, [str(p) for p in args.against])
-    for v in result.logs:
+    for v in by_rate(result.logs):  # the table's order
         print_notes(v.measured.notes, f"note [{v.name}]")
         print_notes(v.predicted.messages, f"note [{v.name} predicted]")
     print(against_header(result))
     print(format_against_table(result))
-    for v in result.logs:
+    for v in by_rate(result.logs):
         print(f"KV [{v.name}]: {v.errors['kv_implied']['verdict']}")
     if args.out:
         write_against(args.out, result)

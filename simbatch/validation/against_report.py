@@ -5,7 +5,7 @@
 entry per log, keys :data:`simbatch.validation.against.ENTRY_KEYS`),
 ``pairs/<log>.csv`` (each request measured beside predicted), ``cdfs/<log>.png``
 (TTFT, TPOT and E2EL CDFs), with two logs or more ``vs_rate.png`` (SLO
-attainment and TPOT p50/p90 against the offered rate) and, for a log whose
+attainment, TTFT p50/p90 and TPOT p50/p90 against the offered rate) and, for a log whose
 bench wrote a per-second ``timeseries.csv``, ``timeseries/<log>.png`` and
 ``.csv`` (running, waiting and KV use over time, measured beside predicted).
 """
@@ -52,8 +52,24 @@ def _ktok(x) -> str:
     return "-" if x is None else f"{x / 1e3:.1f}"
 
 
+def _rate(e) -> float | None:
+    """A log's offered rate, None where it has none (a single request, or NaN)."""
+    rate = e["offered_rate"]
+    return None if rate is None or np.isnan(rate) else float(rate)
+
+
+def by_rate(logs) -> list:
+    """``logs`` (each with ``.name`` and ``.errors``) by offered rate, then name; logs without a
+    rate last, by name: the order of the table's rows and of the rate plot's points."""
+    def key(v):
+        rate = _rate(v.errors)
+        return (rate is None, 0.0 if rate is None else rate, v.name)
+
+    return sorted(logs, key=key)
+
+
 def format_against_table(result) -> str:
-    """One row per log: name, offered rate, requests, measured/predicted TTFT and TPOT p50/p90 (ms)
+    """One row per log, sorted by offered rate then name (:func:`by_rate`): name, offered rate, requests, measured/predicted TTFT and TPOT p50/p90 (ms)
     and SLO attainment (%), the signed errors in percent, then the in-flight tokens' p99
     measured/predicted beside the predicted KV capacity and the most the server held while
     requests waited (the capacity the log implies; thousands of tokens), and the log's own
@@ -61,10 +77,10 @@ def format_against_table(result) -> str:
     headers = ["log", "req/s", "n", *(f"{h} ms m/p" for h, _ in VALUE_COLUMNS), "SLO % m/p",
                *(h for h, _ in ERROR_COLUMNS), "in-flight k m/p", "KV k", "held k", "steps vs others %"]
     rows = []
-    for v in result.logs:
+    for v in by_rate(result.logs):
         e = v.errors
-        rate = e["offered_rate"]
-        rows.append([v.name, "-" if rate is None or np.isnan(rate) else f"{rate:.2f}", str(e["num_requests"]),
+        rate = _rate(e)
+        rows.append([v.name, "-" if rate is None else f"{rate:.2f}", str(e["num_requests"]),
                      *(_pair(e[f"{k}_measured"], e[f"{k}_predicted"], _ms) for _, k in VALUE_COLUMNS),
                      _pair(e["attainment_measured"], e["attainment_predicted"], _pct),
                      *(_err(e[k]) for _, k in ERROR_COLUMNS),
@@ -157,19 +173,38 @@ def plot_cdfs(v, path: Path) -> Path:
     return path
 
 
+# (y label, ((metric, legend tag), ...)) of each panel of vs_rate.png, left to right.
+VS_RATE_PANELS = (("SLO attainment", (("attainment", ""),)),
+                  ("TTFT (ms)", (("ttft_p50_ms", " p50"), ("ttft_p90_ms", " p90"))),
+                  ("TPOT (ms)", (("tpot_p50_ms", " p50"), ("tpot_p90_ms", " p90"))))
+
+
+def vs_rate_series(result) -> list:
+    """The points of vs_rate.png: per panel ``(label, [(legend, rates, values), ...])``, each
+    line measured then predicted, over the logs that have a rate, sorted by it (:func:`by_rate`);
+    a missing value is NaN."""
+    entries = [v.errors for v in by_rate(result.logs) if _rate(v.errors) is not None]
+    rates = [_rate(e) for e in entries]
+    panels = []
+    for label, keys in VS_RATE_PANELS:
+        lines = [(f"{side}{tag}", rates, [np.nan if e[f"{key}_{side}"] is None else e[f"{key}_{side}"]
+                                          for e in entries])
+                 for key, tag in keys for side in ("measured", "predicted")]
+        panels.append((label, lines))
+    return panels
+
+
 def plot_vs_rate(result, path: Path) -> Path:
-    """SLO attainment, and TPOT p50 and p90, against each log's offered rate: measured beside predicted."""
+    """SLO attainment, TTFT p50/p90 and TPOT p50/p90 against each log's offered rate
+    (:func:`vs_rate_series`): measured solid, predicted dashed, one colour per percentile."""
     plt = _pyplot()
-    entries = sorted((v.errors for v in result.logs), key=lambda e: e["offered_rate"])
-    rate = [e["offered_rate"] for e in entries]
-    panels = (("SLO attainment", (("attainment", ""),)),
-              ("TPOT (ms)", (("tpot_p50_ms", " p50"), ("tpot_p90_ms", " p90"))))
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), squeeze=False)
-    for ax, (label, keys) in zip(axes[0], panels):
-        for i, (key, tag) in enumerate(keys):
-            for side, style, marker in (("measured", "-", "o"), ("predicted", "--", "s")):
-                y = [np.nan if e[f"{key}_{side}"] is None else e[f"{key}_{side}"] for e in entries]
-                ax.plot(rate, y, style, marker=marker, color=f"C{i}", label=f"{side}{tag}")
+    panels = vs_rate_series(result)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4), squeeze=False)
+    for ax, (label, lines) in zip(axes[0], panels):
+        for i, (legend, rates, values) in enumerate(lines):
+            predicted = legend.startswith("predicted")
+            ax.plot(rates, values, "--" if predicted else "-", marker="s" if predicted else "o",
+                    color=f"C{i // 2}", label=legend)
         ax.set_xlabel("offered rate (req/s)")
         ax.set_ylabel(label)
         ax.grid(linewidth=0.4, alpha=0.5)
