@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 DEFAULT_SCENARIO = "classroom"
-MAX_NOTES = 3  # per run on the terminal; run.log keeps them all
+MAX_NOTES = 5  # kinds of note per run on the terminal; run.log keeps every note
 
 
 def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,11 +58,19 @@ def load(args):
 
 
 def print_notes(messages: list[str], prefix: str = "note") -> None:
-    """The first few remarks of a run on stderr, and how many more run.log holds."""
-    for m in messages[:MAX_NOTES]:
-        print(f"{prefix}: {m}", file=sys.stderr)
-    if len(messages) > MAX_NOTES:
-        print(f"{prefix}: ... and {len(messages) - MAX_NOTES} more (all in run.log with --out)", file=sys.stderr)
+    """A run's remarks on stderr, one line per kind (:func:`simbatch.notes.summarise_notes`: a
+    kind seen often is counted, with its first and last time and typical figures), at most
+    ``MAX_NOTES`` kinds, then how many more kinds run.log holds."""
+    from simbatch.notes import summarise_notes
+
+    kinds = summarise_notes(messages)
+    for count, line in kinds[:MAX_NOTES]:
+        where = f" (all {count} in run.log with --out)" if count > 1 else ""
+        print(f"{prefix}: {line}{where}", file=sys.stderr)
+    if len(kinds) > MAX_NOTES:
+        rest = sum(count for count, _ in kinds[MAX_NOTES:])
+        print(f"{prefix}: ... and {len(kinds) - MAX_NOTES} more kinds of note, {rest} notes "
+              "(all in run.log with --out)", file=sys.stderr)
 
 
 def comma_list(text: str | None, flag: str) -> list[str] | None:
