@@ -280,3 +280,47 @@ def test_a_narrow_terminal_gets_the_core_columns_and_a_file_gets_them_all():
     assert "MFU %" not in narrow and all(c in lines[0] for c in ("req/s", "TTFT p50", "SLO %", "preempt"))
     assert max(len(line) for line in lines[:-1]) <= 100 and "more columns in comparison.csv" in lines[-1]
     assert len(CORE_COLUMNS) == 8
+
+
+# The bundled chat comparison's figures (simbatch compare chat): static and dynamic batching an hour
+# behind, continuous and chunked prefill at a tenth of a second; seven-digit values beside three.
+CHAT = {"static": (2017420.4, 3994548.9, 47.5, 52.0, 2023683.2, 3999802.3, 123.7),
+        "dynamic": (2027377.8, 4004506.2, 47.5, 52.0, 2033640.6, 4009759.7, 123.5),
+        "continuous": (75.0, 372.9, 20.6, 39.0, 3463.1, 21593.5, 532.0),
+        "chunked_prefill": (102.3, 542.0, 19.0, 33.6, 3198.9, 19760.7, 532.1)}
+
+
+def _chat_summaries(copies: int = 1) -> dict:
+    out = {}
+    for i in range(copies):
+        for name, (t50, t99, p50, p99, e50, e99, tput) in CHAT.items():
+            out[f"{name}-{i}" if copies > 1 else name] = {
+                "ttft_ms": {"median": t50, "p99": t99}, "tpot_ms": {"median": p50, "p99": p99},
+                "e2el_ms": {"median": e50, "p99": e99}, "output_throughput": tput}
+    return out
+
+
+@pytest.mark.parametrize("copies", [1, 3])  # four policies, and twelve (narrow bars: labels upright)
+def test_comparison_value_labels_never_overlap_and_stay_inside(copies):
+    import matplotlib.pyplot as plt
+
+    from simbatch.report.plots import comparison_figure
+
+    fig = comparison_figure(_chat_summaries(copies))
+    renderer = fig.canvas.get_renderer()
+    try:
+        for ax in fig.axes:
+            boxes = sorted((t.get_window_extent(renderer) for t in ax.texts), key=lambda b: b.x0)
+            assert len(boxes) == len(CHAT) * copies * (1 if ax.get_title().startswith("Output") else 2)
+            for a, b in zip(boxes, boxes[1:]):  # side by side, at any height
+                assert a.x1 < b.x0, (ax.get_title(), a, b)
+            assert max(b.y1 for b in boxes) <= ax.bbox.y1 + 0.5, ax.get_title()
+    finally:
+        plt.close(fig)
+
+
+def test_bar_labels_are_short():
+    from simbatch.report.plots import bar_label
+
+    assert [bar_label(v) for v in (372.94, 3463.2, 21593.5, 2017420.4, 4004506.2, 999_999.0, 19.0)] == \
+        ["372.9", "3,463", "21.6k", "2.02M", "4.00M", "1.00M", "19.0"]
