@@ -204,3 +204,29 @@ def test_goodput_curve_matches_summary_at_the_slo(classroom):
         ttft = slo.pop("ttft_ms")
         got = goodput_curve(run.requests, run.summary["duration_s"], [ttft], slo)[0]
         assert got == pytest.approx(run.summary["goodput"])
+
+
+def test_over_time_panels_share_their_time_axis(classroom):
+    import matplotlib.pyplot as plt
+
+    from simbatch.report.figures_series import SERIES, plot_time_series
+
+    runs = list(load_results(classroom).runs.values())
+    fig, _ = plot_time_series(runs)
+    try:
+        axes = fig.axes  # row-major: a row per series, a column per run
+        grid = [axes[i * len(runs):(i + 1) * len(runs)] for i in range(len(SERIES))]
+        for col in range(len(runs)):
+            top, *rest = [row[col] for row in grid]
+            assert all(top.get_shared_x_axes().joined(top, ax) for ax in rest), runs[col].name
+            assert not any(t.get_visible() for t in top.get_xticklabels()), "ticks on the bottom panel only"
+    finally:
+        plt.close(fig)
+
+
+def test_results_come_before_the_reproducibility_block(classroom):
+    md = (classroom / "report.md").read_text()
+    headings = re.findall(r"^## (.*)$", md, re.MULTILINE)
+    assert headings[0] == "Comparison table" and headings[-1] == "Reproducibility", headings
+    html = parse(classroom / "report.html")
+    assert html.h2[0].startswith("Comparison") and html.h2[-1].startswith("Reproducibility"), html.h2

@@ -179,8 +179,9 @@ def _figure_section(slug: str, title: str, made) -> Section:
 
 
 def build_sections(data: ReportData) -> list[Section]:
-    """Every section of the report that has something to show, in reading order; the first
-    one ends with a note naming the sections left out and why."""
+    """Every section of the report that has something to show, in reading order: the results
+    first, the reproducibility block (what ran, where, with what) last; the first section
+    ends with a note naming the sections left out and why."""
     from simbatch.report import figures_latency as lat
     from simbatch.report import figures_timeline as tl
 
@@ -193,7 +194,6 @@ def build_sections(data: ReportData) -> list[Section]:
         return None, NO_RUNS
 
     candidates = [
-        _reproducibility(data),
         _comparison(data),
         _sweep(data),
         _figure_section("latency-cdfs", "Latency CDFs", per_run(lat.plot_latency_cdfs)),
@@ -202,6 +202,7 @@ def build_sections(data: ReportData) -> list[Section]:
         _figure_section("step-timeline", "Step timeline", per_run(tl.plot_step_timeline)),
         _figure_section("goodput-slo", "Goodput vs SLO", per_run(lat.plot_goodput_vs_slo, data.slo)),
         *_control_sections(runs),
+        _reproducibility(data),
     ]
     return keep_shown(candidates)
 

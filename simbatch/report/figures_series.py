@@ -73,12 +73,14 @@ def plot_time_series(runs: list[RunData]):
 
     Columns, not overlaid lines: policies can run for very different times (an
     overloaded static batcher for hours, continuous batching for minutes), and
-    each needs its own time axis. Rows share their y axis, so they compare.
+    each needs its own time axis, which the column's three panels share (ticks on the
+    bottom one only). Rows share their y axis, so they compare.
     """
     runs = [r for r in runs if len(r.steps)]
     if not runs:
         return None, "No engine steps were recorded, so there is nothing to plot over time."
-    fig, axes = new_figure(len(SERIES), len(runs), (max(8.0, 3.3 * len(runs)), 7.5), sharey="row")
+    fig, axes = new_figure(len(SERIES), len(runs), (max(8.0, 3.3 * len(runs)), 7.5),
+                           sharex="col", sharey="row")
     widths = [_series_column(axes[:, i], run, i) for i, run in enumerate(runs)]
     for ax, (_, label) in zip(axes[:, 0], SERIES):
         ax.set_ylabel(label)
