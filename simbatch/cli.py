@@ -81,6 +81,13 @@ def _sigterm_stops():
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
+def _stop_workers() -> None:
+    """After an interrupt, end any process pool still running jobs, wherever the interrupt
+    landed, so the interpreter's exit does not wait for them (simbatch.executors)."""
+    if "simbatch.executors" in sys.modules:
+        sys.modules["simbatch.executors"].ProcessExecutor.stop_all()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``simbatch`` console script."""
     args = build_parser().parse_args(argv)
@@ -98,9 +105,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"simbatch: error: {exc}", file=sys.stderr)
         return 2
     except Terminated:
+        _stop_workers()
         print("simbatch: terminated", file=sys.stderr)
         return 143
     except KeyboardInterrupt:
+        _stop_workers()
         print("simbatch: interrupted", file=sys.stderr)
         return 130
     finally:

@@ -129,6 +129,8 @@ class ProcessExecutor:
 
     name = "process"
 
+    live: set = set()  # executors with a started pool, for stop_all (an interrupt anywhere)
+
     def __init__(self, workers: int | None = None):
         self.workers = max(1, workers or os.cpu_count() or 1)
         self.pool: ProcessPoolExecutor | None = None
@@ -172,10 +174,24 @@ class ProcessExecutor:
     def stop(self) -> None:
         """End the workers at once, dropping their jobs (SIGTERM, their default: no output)."""
         if self.pool is not None:
-            for process in list((getattr(self.pool, "_processes", None) or {}).values()):
+            processes = list((getattr(self.pool, "_processes", None) or {}).values())
+            for process in processes:
                 process.terminate()
+            for process in processes:  # a worker caught before its initializer set SIGTERM's
+                process.join(timeout=1.0)  # default handles it as its parent does and lives on:
+                if process.is_alive():  # the interpreter's exit would wait for it for ever
+                    process.kill()
             self.pool.shutdown(wait=False, cancel_futures=True)
             self.pool = None
+        ProcessExecutor.live.discard(self)
+
+    @classmethod
+    def stop_all(cls) -> None:
+        """End every started pool's workers: an interrupt that lands outside a wait (while jobs
+        are submitted, or between waits) would otherwise leave the interpreter's exit joining
+        workers that are still running their jobs."""
+        for executor in list(cls.live):
+            executor.stop()
 
     def _pool(self) -> ProcessPoolExecutor:
         """The pool, started on first use."""
@@ -186,6 +202,7 @@ class ProcessExecutor:
 
             self.pool = ProcessPoolExecutor(self.workers, initializer=_init_worker,
                                             initargs=(os.getpid(), loaded_files()))
+            ProcessExecutor.live.add(self)
         return self.pool
 
     def close(self) -> None:
@@ -194,6 +211,7 @@ class ProcessExecutor:
         if self.pool is not None:
             self.pool.shutdown(cancel_futures=True)
             self.pool = None
+        ProcessExecutor.live.discard(self)
 
 
 def check_jobs(jobs, where: str = "jobs") -> int | None:
