@@ -98,10 +98,8 @@ PRESETS: dict[str, dict] = {
     # they hold back the weights and 1 % of the total memory (distserve/worker.py).
     # vLLM V1 as released in 0.8.x (April-May 2025; the llm-d runs of shared/measured used the
     # vllm/vllm-openai:latest image of 2025-05-02, v0.8.5): its memory rule (above). The
-    # scheduler is simbatch's chunked_prefill policy (V1 always chunks); the release's API-server
-    # defaults, which a scenario sets (scenarios/vllm_llama70b_a100_tp2.yaml): 8,192 tokens and
-    # 1,024 sequences on a GPU of 70 GiB or more (PR #17073, merged 2025-04-23; PR #17885 of
-    # 2025-05-09 took A100s back to 2,048 / 256 after v0.8.5), else 2,048 / 256.
+    # scheduler is simbatch's chunked_prefill policy (V1 always chunks), whose knobs the
+    # release's API-server defaults fill where a scenario leaves them out (V1_DEFAULTS below).
     "vllm-0.8": {"profile_activations": True, "rope_cache": True, "non_torch_gib": V1_CONTEXT_GIB},
     # vLLM 0.19 (2026): the baseline-relative memory rule (above); async scheduling on by default.
     "vllm-0.19": {"profile_activations": True, "rope_cache": True, "non_torch_gib": V1_NON_TORCH_INCREASE_GIB},
@@ -143,8 +141,7 @@ def with_engine_defaults(policy: dict, engine_spec, gpu_name: str, gpu_memory_by
     """``policy`` (a scenario's ``policy:`` mapping) with the knobs it leaves out filled by the
     engine release's defaults: a vLLM V1 preset's scheduler budget and sequence cap for a
     ``chunked_prefill`` policy (:func:`v1_scheduler_defaults`); other policies unchanged."""
-    preset = engine_spec if isinstance(engine_spec, str) else (engine_spec or {}).get("preset") \
-        if isinstance(engine_spec, dict) else None
+    preset = engine_spec.get("preset") if isinstance(engine_spec, dict) else engine_spec
     defaults = v1_scheduler_defaults(preset, gpu_name, gpu_memory_bytes) if isinstance(preset, str) else None
     if not defaults or policy.get("kind") != "chunked_prefill":
         return policy
