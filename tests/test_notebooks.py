@@ -19,6 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 NB_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NB_DIR.glob("*.ipynb"))
+MAX_PRINTED_LINES = 40
 CELL_TIMEOUT_S = 300  # per cell; each notebook takes well under a minute on two cores (notebook 6's
                       # validation cell runs a real model in wall-clock time, about 20 s, when torch is installed)
 IDS = [p.stem for p in NOTEBOOKS]
@@ -99,4 +100,10 @@ def test_notebook_executes(path, tmp_path, monkeypatch):
     wall = time.perf_counter() - start
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors, f"{path.name}: {errors[0]['ename']}: {errors[0]['evalue']}"
+    # A cell's printed text stays readable on a projector (issue 33: notebook 6 printed 60
+    # calibration progress lines in one cell); 40 leaves room for a scenario file shown whole.
+    printed = {i: sum(len(o.text.splitlines()) for o in c.outputs if o.output_type == "stream")
+               for i, c in enumerate(nb.cells) if c.cell_type == "code"}
+    longest = max(printed, key=printed.get)
+    assert printed[longest] <= MAX_PRINTED_LINES, f"{path.name}: cell {longest} prints {printed[longest]} lines"
     print(f"{path.name}: executed in {wall:.1f} s")

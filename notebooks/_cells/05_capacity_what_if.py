@@ -33,6 +33,7 @@ from simbatch.capacity import (capacity_table, expand, explain_boundary, explain
                                format_table, parse_slos, price_table)
 from simbatch.executors import make_executor
 from simbatch.report.palette import POLICY_COLOURS  # the colours of the CLI's figures and reports too
+from simbatch.report.figures_common import plain_ticks  # log axes labelled 200, 1,000, 20k
 
 
 SCEN = scenarios_dir()  # the bundled scenarios/ of this checkout
@@ -91,20 +92,21 @@ for sizing in result.sizing.values():
     print(explain_sizing(sizing, TARGET, result.gpu_names[sizing.group.with_replicas(1)]))
 '''),
 ("code", r'''
-label = table.policy.str.replace("chunked_prefill", "chunked") + "\n" + table.hardware + "\n" + table.model
-colors = np.where(table.hardware == "h100-sxm", "#009E73", "#0072B2")
-x = np.arange(len(table))
+# Each panel sorted by the value it plots: fastest first on the left, cheapest first on the right.
+fast = table.sort_values("max_rate_per_gpu", ascending=False, kind="stable")
+cheap = table.sort_values("target_usd_per_hour", kind="stable")
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, 4.8))
-ax1.bar(x, table.max_rate_per_gpu, color=colors)
-ax1.set(ylabel="max req/s per GPU within the SLO", title="How fast one GPU can go")
-ax2.bar(x, table.target_usd_per_hour, color=colors)
-for xi, (gpus, cost) in enumerate(zip(table.target_gpus, table.target_usd_per_hour)):
-    if np.isfinite(cost):
-        ax2.text(xi, cost, f"{int(gpus)} GPU", ha="center", va="bottom", fontsize=8)
-ax2.set(ylabel="$ per hour", title=f"What {TARGET:g} req/s costs (fewest replicas that hold, indicative prices)")
-for ax in (ax1, ax2):
+for ax, rows, column in ((ax1, fast, "max_rate_per_gpu"), (ax2, cheap, "target_usd_per_hour")):
+    x = np.arange(len(rows))
+    ax.bar(x, rows[column], color=np.where(rows.hardware == "h100-sxm", "#009E73", "#0072B2"))
+    label = rows.policy.str.replace("chunked_prefill", "chunked") + "\n" + rows.hardware + "\n" + rows.model
     ax.set_xticks(x, label, fontsize=7)
     ax.grid(axis="y", alpha=0.3)
+for xi, (gpus, cost) in enumerate(zip(cheap.target_gpus, cheap.target_usd_per_hour)):
+    if np.isfinite(cost):
+        ax2.text(xi, cost, f"{int(gpus)} GPU", ha="center", va="bottom", fontsize=8)
+ax1.set(ylabel="max req/s per GPU within the SLO", title="How fast one GPU can go")
+ax2.set(ylabel="$ per hour", title=f"What {TARGET:g} req/s costs (fewest replicas that hold, indicative prices)")
 handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in ("#0072B2", "#009E73")]
 ax1.legend(handles, ["A100-80GB", "H100-SXM"], fontsize=8)
 fig.tight_layout()
@@ -140,6 +142,7 @@ ax2.axhline(TPOT_P99_MS, color="black", linestyle=":", label=f"SLO: {TPOT_P99_MS
 for ax in (ax1, ax2):
     ax.axvline(boundary.lo * result.base_rate, color="#D55E00", linestyle="--", label="max rate found")
 ax1.set(yscale="log", ylabel="TTFT p99 (ms)", title="chunked prefill, A100, Llama-3-8B: TTFT")
+plain_ticks(ax1)
 ax2.set(ylabel="TPOT p99 (ms)", title="... and TPOT")
 for ax in (ax1, ax2):
     ax.set_xlabel("rate probed (req/s)")
@@ -260,6 +263,7 @@ for ax, (col, ylabel, title, limit) in zip(axes, panels):
         ax.axhline(limit, color="black", linestyle=":", label=f"SLO: {limit} ms")
     if col != "goodput/GPU":
         ax.set_yscale("log")
+        plain_ticks(ax)
     ax.set(xlabel="offered rate (req/s)", ylabel=ylabel, title=title)
     ax.grid(True, which="both", alpha=0.3)
 axes[0].legend(fontsize=8)
@@ -392,6 +396,7 @@ ax2.axhline(10_000, color="black", linestyle=":", label="SLO: 10 s")
 ax1.set(xlabel="offered rate (req/s)", ylabel="req/s", title="One 8x H200 node, Llama-3-70B: served and goodput")
 ax2.set(xlabel="offered rate (req/s)", ylabel="time to first token (ms)", yscale="log",
         title="TTFT with and without the prefix cache")
+plain_ticks(ax2)
 for ax in (ax1, ax2):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)

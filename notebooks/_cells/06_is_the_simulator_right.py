@@ -27,6 +27,7 @@ from IPython.display import display
 
 from simbatch import load_scenario, scenarios_dir, validate
 from simbatch.report.palette import POLICY_COLOURS  # the colours of the CLI's figures and reports too
+from simbatch.report.figures_common import plain_ticks  # log axes labelled 2, 10, 200
 
 try:
     import torch  # noqa: F401  (the real model runs on it)
@@ -77,7 +78,16 @@ The scenario, `scenarios/validate_cpu.yaml`: chat-shaped lengths scaled down 4x 
 print((SCEN / "validate_cpu.yaml").read_text())
 scenario = load_scenario(SCEN / "validate_cpu.yaml", ["workload.synthetic.num_requests=24"])
 POLICIES = ["continuous", "static"]
-VALIDATION = validate(scenario, "cpu", POLICIES, progress=print) if HAVE_TORCH else None
+
+
+def milestones(line):
+    """Print the run's milestones; the calibration's line per operator and per step (about 60) would
+    bury them, so those are left out ("calibrated in ..." says when it ended)."""
+    if not (line.startswith("calibrate: ") and ", ETA " in line):
+        print(line)
+
+
+VALIDATION = validate(scenario, "cpu", POLICIES, progress=milestones) if HAVE_TORCH else None
 '''),
 ("code", r'''
 @with_validation
@@ -132,6 +142,8 @@ def step_scatter(v):
         ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured step time (ms)",
                ylabel="predicted step time (ms)",
                title=f"{kind}: median step error {100 * p.errors['step_ape']['median']:.0f} %")
+        plain_ticks(ax, "x")
+        plain_ticks(ax, "y")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
     fig.suptitle("Cost model vs the real tiny model on this CPU, one point per step")
@@ -185,6 +197,7 @@ def per_kind(v):
             title="Decode steps: bias (median) and spread")
     ax2.set_xticks([0, 1], ["forward pass", "overhead (scheduling, inputs)"])
     ax2.set(yscale="log", ylabel="median per step (ms)", title="Where a step's time goes, measured vs predicted")
+    plain_ticks(ax2)
     for ax in (ax1, ax2):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
