@@ -315,6 +315,11 @@ def test_comparison_value_labels_never_overlap_and_stay_inside(copies):
             for a, b in zip(boxes, boxes[1:]):  # side by side, at any height
                 assert a.x1 < b.x0, (ax.get_title(), a, b)
             assert max(b.y1 for b in boxes) <= ax.bbox.y1 + 0.5, ax.get_title()
+            ticks = sorted((t.get_window_extent(renderer) for t in ax.get_xticklabels()), key=lambda b: b.x0)
+            assert len(ticks) == len(CHAT) * copies
+            for a, b in zip(ticks, ticks[1:]):  # the policies' names on the x axis, side by side
+                assert a.x1 < b.x0, (ax.get_title(), a, b)
+            assert min(b.y0 for b in ticks) >= 0, "a policy name runs off the figure"
     finally:
         plt.close(fig)
 

@@ -5,7 +5,8 @@ reports and notebooks use, Okabe-Ito: distinguishable with the common
 colour-vision deficiencies); policies are also named on the x axis and p99 bars are hatched,
 so the figure still reads in grayscale. Each bar carries its value, short
 (:func:`bar_label`: ``2.02M``, not ``2,017,420``); where a panel's labels would
-still touch, they turn upright (:func:`unclash_labels`).
+still touch, they turn upright (:func:`unclash_labels`), as do the policies' names on the
+x axis where slanted they would touch.
 """
 
 from __future__ import annotations
@@ -60,12 +61,22 @@ def value_labels(ax) -> list:
     return [t for t in ax.texts if t.get_gid() == "value"]
 
 
-def labels_clash(fig, ax, gap_px: float = LABEL_GAP_PX) -> bool:
-    """Whether two of ``ax``'s value labels, as drawn, come closer than ``gap_px`` side by side,
-    at whatever heights (a label wider than its bar would also cover its neighbour's bar)."""
+def labels_clash(fig, ax, gap_px: float = LABEL_GAP_PX, texts=None) -> bool:
+    """Whether two of ``texts`` (default: ``ax``'s value labels), as drawn, come closer than
+    ``gap_px`` side by side, at whatever heights (a label wider than its bar would also cover
+    its neighbour's bar)."""
     renderer = fig.canvas.get_renderer()
-    spans = sorted((b.x0, b.x1) for b in (t.get_window_extent(renderer) for t in value_labels(ax)))
+    drawn = value_labels(ax) if texts is None else texts
+    spans = sorted((b.x0, b.x1) for b in (t.get_window_extent(renderer) for t in drawn))
     return any(right + gap_px > left for (_, right), (left, _) in zip(spans, spans[1:]))
+
+
+def _policy_ticks(fig, ax, names: list[str]) -> None:
+    """The policies' names under their bars: level for a few, slanted for more, upright where
+    slanted they would still run into each other (twelve variants with long names)."""
+    ax.set_xticks(range(len(names)), names, rotation=20 if len(names) > 3 else 0, fontsize=8)
+    if len(names) > 3 and labels_clash(fig, ax, texts=ax.get_xticklabels()):
+        ax.set_xticks(range(len(names)), names, rotation=90, fontsize=8)
 
 
 def unclash_labels(fig, ax) -> None:
@@ -75,6 +86,16 @@ def unclash_labels(fig, ax) -> None:
         for t in value_labels(ax):
             t.set_rotation(90)
         _room_above(fig, ax)
+
+
+def _room_for_names(fig, axes) -> None:
+    """Make the figure taller by what upright policy names take beyond a line of text, in each
+    row of panels, so the bars keep their height."""
+    renderer = fig.canvas.get_renderer()
+    tall = max((t.get_window_extent(renderer).height for ax in axes.flat for t in ax.get_xticklabels()
+                if t.get_rotation() == 90), default=0.0) / fig.dpi
+    if tall > 0.5:
+        fig.set_figheight(fig.get_figheight() + axes.shape[0] * (tall - 0.5))
 
 
 def _room_above(fig, ax) -> None:
@@ -133,15 +154,16 @@ def comparison_figure(summaries: dict[str, dict]):
     for ax, (name, key) in zip(axes.flat, LATENCY_PANELS):
         _latency_panel(ax, summaries, name, key)
     _throughput_panel(axes.flat[3], summaries)
+    fig.set_dpi(DPI)  # the saved size, so the labels are checked as they will be drawn
     for ax in axes.flat:
-        ax.set_xticks(range(len(names)), names, rotation=20 if len(names) > 3 else 0, fontsize=8)
+        _policy_ticks(fig, ax, names)
         ax.set_xlabel("policy")
         ax.margins(y=0.15)
         ax.grid(axis="y", linewidth=0.4, alpha=0.5)
     legend = [Patch(facecolor="white", edgecolor="black", label="p50"),
               Patch(facecolor="white", edgecolor="black", hatch=P99_HATCH, label="p99")]
     fig.legend(handles=legend, loc="upper right", fontsize=8)
-    fig.set_dpi(DPI)  # the saved size, so the labels are checked as they will be drawn
+    _room_for_names(fig, axes)
     fig.tight_layout(rect=(0, 0, 0.93, 1))
     for ax in axes.flat:
         unclash_labels(fig, ax)
