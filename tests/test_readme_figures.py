@@ -2,8 +2,8 @@
 (issue 33: six of eight capacity figures had drifted from the code by up to 9 %).
 
 The first command's table is checked line for line by tests/test_readme_commands.py. Here:
-the Azure conversation trace's comparison, the accuracy section's KV pools, and its rows for
-the V1 servers (the logs that replay in seconds). Each skips with a reason where ../shared,
+the Azure conversation trace's comparison, the accuracy section's KV pools, every row of its
+latency table, and the capacity bullet's table. Each skips with a reason where ../shared,
 which holds the traces and the measured logs, is absent.
 """
 
@@ -63,21 +63,28 @@ def test_the_kv_pools_are_what_the_scenarios_give():
 
 @needs_shared
 @pytest.mark.parametrize("scenario, logs, label", [
+    ("vllm_opt13b_a100", "distserve-opt13b-a100/vllm-*.exp", r"vLLM \d+-"),
+    ("distserve_opt13b_a100", "distserve-opt13b-a100/distserve-c21d11-*.exp", r"DistServe \d"),
+    ("distserve_opt13b_a100_c21d12", "distserve-opt13b-a100/distserve-c21d12-*.exp", "DistServe c21d12"),
     ("vllm_llama70b_a100_tp2", "llmd-vllm-2025/exp-0-llama-3.1-70b-a100-tp2/*.csv", "vLLM V1 70B"),
+    ("vllm_llama4scout_fp8_h100_tp4", "llmd-vllm-2025/exp-4-llama-4-scout-fp8-h100-tp4/*.csv", "vLLM V1 Scout"),
     ("vllm019_llama8b_rtx4090", "llmservingsim-vllm0.19/RTX4090/Llama-3.1-8B/vllm/requests.jsonl",
      "vLLM 0.19 RTX 4090"),
 ])
-def test_the_v1_accuracy_rows_are_what_validate_prints(scenario, logs, label):
-    """The accuracy table's rows for the V1 servers: measured / predicted TTFT and TPOT p50/p90,
-    as `simbatch validate ... --against` computes them."""
+def test_the_accuracy_rows_are_what_validate_prints(scenario, logs, label):
+    """Every row of the accuracy section's latency table: measured / predicted TTFT and TPOT
+    p50/p90 and SLO attainment (where the scenario has an SLO), as `simbatch validate ...
+    --against` computes them for the logs of the command printed above the table."""
     paths = sorted((SHARED / "measured").glob(logs))
     result = validate_against(load_scenario(scenario), paths)
-    shown = readme_rows(label)
-    assert len(shown) == len(result.logs)
+    shown = [line for line in README.splitlines() if re.match(rf"^\| {label}", line)]
+    assert len(shown) == len(result.logs) > 0
     for v in sorted(result.logs, key=lambda v: v.errors["offered_rate"]):
         e = v.errors
         cells = [f"{e[f'{k}_measured']:,.0f} / {e[f'{k}_predicted']:,.0f}"
                  for k in ("ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms", "tpot_p90_ms")]
+        met = e.get("attainment_measured")
+        cells.append("-" if met is None else f"{met:.2f} / {e['attainment_predicted']:.2f}")
         rate = f"{e['offered_rate']:.2f}"
         assert any(f"| {rate} | " + " | ".join(cells) + " |" in line for line in shown), (v.name, cells, shown)
 
