@@ -103,3 +103,33 @@ def test_the_capacity_table_is_what_the_printed_command_prints(capsys):
     ours = [line.rstrip() for line in printed[start:start + 10]]
     shown = re.search(r"\n  (configuration .*?)\n  ```", README, re.S).group(1).split("\n  ")
     assert ours == [line.rstrip() for line in shown]
+
+
+def performance_rows(label: str) -> list[list[str]]:
+    """The rows of the Performance section's block ``(label) speed_...``, split into cells."""
+    block = re.search(rf"^\({label}\) speed_{label} .*?\npolicy .*?\n(.*?)(?:\n\n|\n```)", README, re.S | re.M)
+    assert block, f"README: no Performance block ({label})"
+    return [line.split() for line in block.group(1).splitlines()]
+
+
+@needs_shared
+@pytest.mark.parametrize("label", ["a", "b"])
+def test_the_performance_counts_are_what_the_benchmark_runs(label):
+    """The Performance section's requests and steps columns for (a) and (b), from the
+    benchmark's own scenario under each row's policy (its times and MiB are one machine's
+    measurement, labelled as such in the README, and not a test's to reproduce)."""
+    from simbatch.api import run
+    from simbatch.scenario import from_dict
+
+    path = ROOT / "benchmarks" / "scenarios" / f"speed_{label}.yaml"
+    rows = performance_rows(label)
+    assert rows
+    for cells in rows:
+        kind, _, variant = cells[0].partition("+")
+        requests, steps = int(cells[-6]), int(cells[-5])
+        scenario = load_scenario(path).with_policy(kind)
+        if variant == "streams2":
+            scenario = from_dict({**scenario.data, "policy": {**scenario.data["policy"], "streams": 2}},
+                                 scenario.source, scenario.base_dir)
+        out = run(scenario)
+        assert (len(out.result.workload), sum(out.result.log.replica_num_steps)) == (requests, steps), cells[0]
