@@ -36,8 +36,8 @@ import pandas as pd
 
 from simbatch.costmodel import RooflineCostModel
 from simbatch.costmodel.base import chunked_prefill_seconds
-from simbatch.engines import PRESETS, parse_engine
-from simbatch.plan import StepPlan
+from simbatch.catalog.servers import PRESETS, parse_engine
+from simbatch.core.plan import StepPlan
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MEASURED = REPO.parent / "shared" / "measured" / "sarathi-serve-a100"

@@ -56,7 +56,7 @@ def one_run(path: str, kind: str, tree: str | None = None) -> dict:
 
     from simbatch.api import run
     from simbatch.errors import SimbatchError
-    from simbatch.scenario import from_dict, load_scenario
+    from simbatch.scenario.spec import from_dict, load_scenario
 
     kind, _, variant = kind.partition("+")
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
@@ -110,7 +110,7 @@ def console_command() -> list[str]:
 def policy_overrides(path: Path, kind: str) -> list[str]:
     """``--set`` options that make ``simbatch run`` run what ``Scenario.with_policy(kind)`` runs
     (``kind+streams2``: with ``streams: 2``)."""
-    from simbatch.scenario import read_yaml
+    from simbatch.scenario.spec import read_yaml
 
     kind, _, variant = kind.partition("+")
     data = read_yaml(path)
@@ -159,7 +159,7 @@ def bench_command(path: Path, kind: str, repeat: int, options: tuple[str, ...] =
 
 def missing_trace(path: Path) -> Path | None:
     """The scenario's trace file when it names one that is not there, else None."""
-    from simbatch.scenario import read_yaml
+    from simbatch.scenario.spec import read_yaml
 
     trace = (read_yaml(path).get("workload") or {}).get("trace")
     if trace and not (path.resolve().parent / trace).is_file():
@@ -184,7 +184,7 @@ def bench_scenario(path: Path, policies: list[str], repeat: int) -> None:
 def bench_step_cost() -> None:
     """Median per-call time of ``step_cost`` on two typical plans (µs)."""
     from simbatch.costmodel import RooflineCostModel
-    from simbatch.plan import StepPlan
+    from simbatch.core.plan import StepPlan
 
     cm = RooflineCostModel("llama-2-7b", "a100-80gb")
     decode = StepPlan(list(range(128)), [1] * 128, [1024] * 128, None, 128)

@@ -25,7 +25,7 @@ log's own batches and prompts (colocated servers only). It needs no
 simulation and no engine term.
 After the stages, each system's KV capacity: the pool the scenario gives before
 the engine memory model (the GPU's nominal memory, nothing held back) and with
-it (the driver's memory and the engine's rule, simbatch.kv_budget), beside the
+it (the driver's memory and the engine's rule, simbatch.catalog.kv_budget), beside the
 engine's own block count where the log's bench recorded it (vLLM 0.19's
 meta.json) and the capacity the log implies where it saturates (the most
 tokens held while requests waited, simbatch.measured.capacity). Then the knee:
@@ -94,7 +94,7 @@ def stage_stages(scenario) -> tuple[str, ...]:
 
 def evaluate(scenario, runs, engine: dict, stage: str) -> list[dict]:
     """Per log: measured and predicted metrics and attainment (validate --against's numbers)."""
-    from simbatch.scenario import from_dict
+    from simbatch.scenario.spec import from_dict
     from simbatch.validation.against import validate_runs
 
     data = {**scenario.data, "engine": engine}
@@ -145,7 +145,7 @@ def print_capacity(system: str, scenario, runs) -> None:
     figure and what each log implies (module docstring)."""
     from simbatch.engine.setup import kv_budget_per_replica
     from simbatch.measured.capacity import engine_record, implied_capacity
-    from simbatch.scenario import from_dict
+    from simbatch.scenario.spec import from_dict
 
     gpu = scenario.data["hardware"]
     before = {**scenario.data, "engine": {"preset": "none"},
@@ -168,8 +168,8 @@ def knee_rate(scenario, lo: float, hi: float, steps: int = 10) -> float | None:
     KNEE_TTFT_P90_MS, by bisection on [lo, hi]; None when even ``hi`` stays under it."""
     import numpy as np
 
-    from simbatch.runs import run
-    from simbatch.scenario import apply_overrides, from_dict
+    from simbatch.runs.one import run
+    from simbatch.scenario.spec import apply_overrides, from_dict
 
     def p90(rate: float) -> float:
         data = apply_overrides(scenario.data, [f"workload.synthetic.arrival.rate={rate:.6g}"])
@@ -212,7 +212,7 @@ def main() -> int:
         return 0
     from simbatch.measured import read_measured
     from simbatch.measured.fit_engine import fit_engine
-    from simbatch.scenario import load_scenario
+    from simbatch.scenario.spec import load_scenario
 
     for system in args.system or SYSTEMS:
         name, pattern, in_fit = SYSTEMS[system]

@@ -173,7 +173,7 @@ def step_breakdown(sets: list[str], step: dict, tp: int) -> str:
     """The roofline's split of a typical full-batch Offline step (``step``), for the analysis."""
     from simbatch.api import load_scenario
     from simbatch.costmodel.roofline import RooflineCostModel, quantized_kept_seconds
-    from simbatch.plan import StepPlan
+    from simbatch.core.plan import StepPlan
 
     sc = load_scenario(SCENARIO, sets)
     cm = RooflineCostModel(sc.model, sc.gpu, tp, **{k: v for k, v in sc.data["cost_model"].items() if k != "kind"})

@@ -37,7 +37,7 @@ BLOCK = 16
 
 def static_plan(ids: list[int], context: int):
     """A static batch's decode step: every row planned at the padded ``context``."""
-    from simbatch.plan import StepPlan
+    from simbatch.core.plan import StepPlan
 
     rows = len(ids)
     return StepPlan(list(ids), [1] * rows, [context] * rows, num_pad_tokens=[0] * rows, num_decode_slots=rows)
@@ -52,7 +52,7 @@ def main() -> int:
     p.add_argument("--profile", default=None, help="profile folder of this machine, to print the price")
     args = p.parse_args()
     from simbatch.backends.torch_backend import TorchBackend
-    from simbatch.plan import StepPlan
+    from simbatch.core.plan import StepPlan
 
     prompts = sorted(PROMPTS)[-args.rows:]
     rows, longest = len(prompts), max(prompts)

@@ -116,8 +116,8 @@ def main(argv: list[str] | None = None) -> None:
     from simbatch.engine.simulation import run_cluster
     from simbatch.metrics import replica_summaries, request_columns, step_columns, summarize
     from simbatch.metrics.requests import token_runs
-    from simbatch.runs import RunOutput, describe_run
-    from simbatch.scenario import load_scenario
+    from simbatch.runs.one import RunOutput, describe_run
+    from simbatch.scenario.spec import load_scenario
 
     scenario = load_scenario(args.scenario, args.set)
     print(f"{Path(args.scenario).name} {' '.join(args.set)}; python {sys.version.split()[0]}, pid {os.getpid()}, "

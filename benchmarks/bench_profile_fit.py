@@ -28,8 +28,8 @@ from simbatch.costmodel import RooflineCostModel, build_cost_model
 from simbatch.costmodel.fit import fit_curve
 from simbatch.costmodel.profile_fit import fit_profile_model
 from simbatch.costmodel.vidur import import_vidur
-from simbatch.plan import StepPlan
-from simbatch.profiles import Profile
+from simbatch.core.plan import StepPlan
+from simbatch.catalog.profiles import Profile
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_REFERENCE = REPO.parent / "shared" / "reference"

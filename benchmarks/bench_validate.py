@@ -84,7 +84,7 @@ def main() -> int:
         print(f"skipped: {TRACE} not found (the shared traces are not shipped)")
         return 0
     from simbatch import validate
-    from simbatch.scenario import load_scenario
+    from simbatch.scenario.spec import load_scenario
     from simbatch.validation import format_table, write_validation
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -122,7 +122,7 @@ def drift_line(seconds: float, threads: int) -> str:
     """One fixed decode step of the tiny model timed for ``seconds`` (2-s windows): how much this
     machine's own speed moves, which no cost model can follow and no target can be told from."""
     from simbatch.backends.torch_backend import TorchBackend
-    from simbatch.models import get_model
+    from simbatch.catalog.models import get_model
     from simbatch.calibrate.probe import speed_drift
 
     backend = TorchBackend(get_model("tiny", "model"), num_blocks=64, block_size=16, device="cpu",

@@ -28,7 +28,7 @@ import pandas as pd
 
 from simbatch.costmodel import RooflineCostModel
 from simbatch.costmodel.roofline import DEFAULT_PARAMS
-from simbatch.plan import StepPlan
+from simbatch.core.plan import StepPlan
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_REFERENCE = REPO.parent / "shared" / "reference"

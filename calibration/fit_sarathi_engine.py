@@ -48,7 +48,7 @@ import pandas as pd
 from scipy.optimize import nnls
 
 from simbatch.costmodel import RooflineCostModel
-from simbatch.plan import StepPlan
+from simbatch.core.plan import StepPlan
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MEASURED = REPO.parent / "shared" / "measured" / "sarathi-serve-a100"

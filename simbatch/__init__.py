@@ -13,7 +13,7 @@ _API = ("load_scenario", "run", "compare", "validate", "validate_against", "writ
 
 def __getattr__(name):
     if name == "scenarios_dir":
-        from simbatch.bundled import scenarios_dir
+        from simbatch.files.bundled import scenarios_dir
 
         return scenarios_dir
     if name in _API:

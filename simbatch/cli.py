@@ -83,9 +83,9 @@ def _sigterm_stops():
 
 def _stop_workers() -> None:
     """After an interrupt, end any process pool still running jobs, wherever the interrupt
-    landed, so the interpreter's exit does not wait for them (simbatch.executors)."""
-    if "simbatch.executors" in sys.modules:
-        sys.modules["simbatch.executors"].ProcessExecutor.stop_all()
+    landed, so the interpreter's exit does not wait for them (simbatch.runs.executors)."""
+    if "simbatch.runs.executors" in sys.modules:
+        sys.modules["simbatch.runs.executors"].ProcessExecutor.stop_all()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             command.run(args)
     except SimbatchError as exc:
         if getattr(args, "scenario", None):
-            from simbatch.bundled import resolve_scenario_path
-            from simbatch.scenario import locate
+            from simbatch.files.bundled import resolve_scenario_path
+            from simbatch.scenario.spec import locate
 
             exc = locate(exc, resolve_scenario_path(args.scenario), getattr(args, "overrides", []))
         print(f"simbatch: error: {exc}", file=sys.stderr)

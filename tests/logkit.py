@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simbatch.eventlog import EventLog
+from simbatch.core.eventlog import EventLog
 from simbatch.workload.request import Workload
 
 PEAKS = {"peak_flops": 1e15, "peak_bandwidth": 4e12}

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 import simpy
 
 from simbatch.costmodel.base import StepCost
-from simbatch.eventlog import EventLog
+from simbatch.core.eventlog import EventLog
 from simbatch.engine.dispatcher import dispatch
 from simbatch.engine.replica import Replica
-from simbatch.kvcache import KVCache
-from simbatch.params import parse_params
-from simbatch.plan import StepPlan
+from simbatch.core.kvcache import KVCache
+from simbatch.core.params import parse_params
+from simbatch.core.plan import StepPlan
 from simbatch.policies import POLICIES
 from simbatch.workload.request import Request, Workload
 

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from simbatch.api import run
-from simbatch.scenario import load_scenario
+from simbatch.scenario.spec import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from simbatch.api import POLICY_ORDER, compare
-from simbatch.bundled import resolve_scenario_path
-from simbatch.scenario import load_scenario
+from simbatch.files.bundled import resolve_scenario_path
+from simbatch.scenario.spec import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "azure_code.yaml"

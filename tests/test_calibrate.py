@@ -15,8 +15,8 @@ import pytest
 from simbatch.calibrate.points import decode_contexts, make_grid
 from simbatch.cli import main
 from simbatch.errors import SimbatchError
-from simbatch.models import MODEL_PRESETS
-from simbatch.profiles import (
+from simbatch.catalog.models import MODEL_PRESETS
+from simbatch.catalog.profiles import (
     COLUMNS,
     FORMAT,
     OP_SCOPES,
@@ -217,7 +217,7 @@ def test_validate_without_torch_names_validate(tmp_path, monkeypatch, capsys):
 
 def test_simulator_core_never_imports_torch():
     code = ("import sys; sys.modules['torch'] = None\n"
-            "import simbatch.cli, simbatch.profiles, simbatch.calibrate, simbatch.calibrate.points\n"
+            "import simbatch.cli, simbatch.catalog.profiles, simbatch.calibrate, simbatch.calibrate.points\n"
             "from simbatch.cli import main; sys.exit(main(['calibrate', '--model', 'tiny']))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60,
                           check=False)

@@ -21,9 +21,9 @@ from simbatch.capacity.candidates import default_seeds, middle_rates
 from simbatch.cli import main
 from simbatch.costmodel import RooflineCostModel
 from simbatch.errors import SimbatchError
-from simbatch.executors import InlineExecutor
-from simbatch.plan import StepPlan
-from simbatch.scenario import from_dict
+from simbatch.runs.executors import InlineExecutor
+from simbatch.core.plan import StepPlan
+from simbatch.scenario.spec import from_dict
 
 # --- SLOs ---------------------------------------------------------------------------------
 
@@ -258,7 +258,7 @@ def test_without_latency_slos_the_boundary_is_the_keep_up_rule():
 
 
 def test_results_do_not_depend_on_the_executor():
-    from simbatch.executors import ProcessExecutor
+    from simbatch.runs.executors import ProcessExecutor
 
     S, _ = service_time()
     sc = fifo_scenario(0.3 / S, n=40)

@@ -11,8 +11,8 @@ import pytest
 from simbatch.capacity import drive, expand, fewest_search, find_capacity, parse_slos, rate_search
 from simbatch.capacity.search import HOPELESS, drive_concurrently
 from simbatch.errors import SimbatchError
-from simbatch.executors import InlineExecutor
-from simbatch.scenario import from_dict
+from simbatch.runs.executors import InlineExecutor
+from simbatch.scenario.spec import from_dict
 from simbatch.sweep.progress import Progress
 
 # --- a fake executor that finishes jobs in an order of the test's choosing -------------------
@@ -221,7 +221,7 @@ def test_a_pool_and_a_cluster_give_the_in_order_result(in_order, kind):
     """Real concurrency (two workers, runs finishing in whatever order they do): the same table."""
     if kind == "dask":
         pytest.importorskip("distributed")
-    from simbatch.executors import make_executor
+    from simbatch.runs.executors import make_executor
 
     executor = make_executor(kind, 2, "local" if kind == "dask" else None)
     try:

@@ -13,7 +13,7 @@ from simbatch.capacity.plan import check_candidates
 from simbatch.cli import main
 from simbatch.commands.capacity import _splits
 from simbatch.errors import SimbatchError
-from simbatch.scenario import from_dict
+from simbatch.scenario.spec import from_dict
 
 from tests.test_capacity import SCENARIO, capacity_splits_cli  # the same tiny scenario
 

@@ -9,7 +9,7 @@ import pytest
 from simbatch.costmodel import RooflineCostModel
 from simbatch.costmodel.base import chunked_prefill_seconds
 from simbatch.costmodel.roofline import DEFAULT_PARAMS
-from simbatch.plan import StepPlan
+from simbatch.core.plan import StepPlan
 from scriptkit import load_script
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ from simbatch.api import run
 from simbatch.cli import main
 from simbatch.engine.simulation import simulate
 from simbatch.metrics import request_table
-from simbatch.scenario import from_dict, load_scenario
+from simbatch.scenario.spec import from_dict, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 

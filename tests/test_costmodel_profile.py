@@ -22,9 +22,9 @@ from simbatch.costmodel.profile_fit import fit_profile_model
 from simbatch.costmodel.vidur import import_vidur, shipped_pairs
 from simbatch.costmodel.whatif import derive_profile
 from simbatch.errors import SimbatchError
-from simbatch.plan import StepPlan
-from simbatch.profiles import Profile, read_profile, write_profile
-from simbatch.scenario import load_scenario
+from simbatch.core.plan import StepPlan
+from simbatch.catalog.profiles import Profile, read_profile, write_profile
+from simbatch.scenario.spec import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 VIDUR = ROOT.parent / "shared" / "reference" / "gpu_profiles"

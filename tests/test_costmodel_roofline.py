@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from simbatch.costmodel import CostModel, RooflineCostModel, StepCost, build_cost_model
 from simbatch.errors import SimbatchError
-from simbatch.plan import StepPlan
+from simbatch.core.plan import StepPlan
 
 PARTS = ["linear", "lm_head", "attn_prefill", "attn_decode", "allreduce", "overhead"]
 

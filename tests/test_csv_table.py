@@ -50,7 +50,7 @@ def test_other_tables_fall_back_to_pandas_and_still_match(tmp_path, table):
 
 def test_a_real_runs_tables_match_pandas(tmp_path):
     from simbatch.api import run
-    from simbatch.scenario import load_scenario
+    from simbatch.scenario.spec import load_scenario
 
     out = run(load_scenario("chat"))
     _same_as_pandas(tmp_path, out.requests)

@@ -9,7 +9,7 @@ from simbatch.engine.check import fast_path_difference
 from simbatch.engine.decode_group import DecodeGroup
 from simbatch.engine.simulation import simulate
 from simbatch.policies.continuous import ContinuousPolicy
-from simbatch.scenario import from_dict
+from simbatch.scenario.spec import from_dict
 
 
 def light_load(seed: int = 0, replicas: int = 1):

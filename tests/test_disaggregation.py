@@ -10,10 +10,10 @@ from simbatch.api import compare, run
 from simbatch.cli import main
 from simbatch.engine.disaggregation.build import run_pools
 from simbatch.engine.simulation import simulate
-from simbatch.links import LINKS, get_link
+from simbatch.catalog.links import LINKS, get_link
 from simbatch.metrics.requests import REQUEST_COLUMNS
-from simbatch.models import get_model
-from simbatch.scenario import from_dict, load_scenario
+from simbatch.catalog.models import get_model
+from simbatch.scenario.spec import from_dict, load_scenario
 from tests.logkit import assert_same_disaggregated_logs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -262,7 +262,7 @@ def test_the_prefill_pool_reuses_cached_prefixes_and_still_sends_the_whole_promp
     from prefixkit import shared_prefix_requests
 
     from simbatch.api import run
-    from simbatch.scenario import from_dict
+    from simbatch.scenario.spec import from_dict
 
     reqs = shared_prefix_requests(2, num_requests=200, rate=8.0, mode=mode)
 

@@ -11,10 +11,10 @@ from simbatch.cli import main
 from simbatch.costmodel.pipeline import PipelineCostModel, stage_layers
 from simbatch.costmodel.roofline import RooflineCostModel, decode_work
 from simbatch.engine.disaggregation.build import run_pools
-from simbatch.links import LINKS
+from simbatch.catalog.links import LINKS
 from simbatch.metrics.compare import comparison_table
-from simbatch.models import get_model
-from simbatch.scenario import from_dict
+from simbatch.catalog.models import get_model
+from simbatch.scenario.spec import from_dict
 from tests.logkit import assert_same_disaggregated_logs
 
 from test_disaggregation import KV_PER_TOKEN, scenario_data

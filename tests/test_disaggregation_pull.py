@@ -6,7 +6,7 @@ import numpy as np
 from simbatch.api import run
 from simbatch.engine.disaggregation.build import run_pools
 from simbatch.engine.simulation import simulate
-from simbatch.scenario import from_dict
+from simbatch.scenario.spec import from_dict
 from tests.test_disaggregation import scenario_data, small_gpu
 
 

@@ -15,9 +15,9 @@ from simbatch.costmodel import RooflineCostModel
 from simbatch.costmodel.roofline import decode_work
 from simbatch.engine.setup import kv_blocks_per_replica
 from simbatch.errors import SimbatchError
-from simbatch.models import get_model
-from simbatch.scenario import from_dict, load_scenario
-from simbatch.variants import variant_data
+from simbatch.catalog.models import get_model
+from simbatch.scenario.spec import from_dict, load_scenario
+from simbatch.scenario.variants import variant_data
 
 ROOT = Path(__file__).resolve().parents[1]
 DEEPSEEK = get_model("deepseek-v3")

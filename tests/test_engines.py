@@ -11,12 +11,12 @@ from simbatch import load_scenario, run
 from simbatch.cli import main
 from simbatch.costmodel import build_cost_model
 from simbatch.engine.setup import kv_blocks_per_replica
-from simbatch.engines import PRESETS, parse_engine, profiling_peak_bytes
+from simbatch.catalog.servers import PRESETS, parse_engine, profiling_peak_bytes
 from simbatch.errors import SimbatchError
 from simbatch.measured import read_measured
 from simbatch.measured.fit_engine import fit_engine, measured_metrics, predicted_metrics
-from simbatch.models import get_model
-from simbatch.plan import StepPlan
+from simbatch.catalog.models import get_model
+from simbatch.core.plan import StepPlan
 
 COLUMNS = {"arrival": "arrival_s", "prompt": "prompt_tokens", "output": "output_tokens",
            "first_token": "first_token_s", "finish": "finish_s"}
@@ -67,7 +67,7 @@ def test_the_profiling_pass_and_non_torch_memory_shrink_the_kv_cache():
     base = load_scenario("vllm_opt13b_a100", ["engine.preset=none"])
     held = load_scenario("vllm_opt13b_a100")
     model = get_model("opt-13b")
-    gpu = __import__("simbatch.hardware", fromlist=["get_gpu"]).get_gpu("a100-80gb")
+    gpu = __import__("simbatch.catalog.hardware", fromlist=["get_gpu"]).get_gpu("a100-80gb")
     before, after = kv_blocks_per_replica(base, model, gpu), kv_blocks_per_replica(held, model, gpu)
     peak = profiling_peak_bytes(model, 1, 16384, 1024)
     # OPT-13B at 16,384 tokens: the layer's widest moment (residual, hidden, fc1 and its ReLU) wins.
@@ -154,7 +154,7 @@ def test_distserve_holds_back_its_weights_and_one_percent_of_memory():
     # distserve/worker.py: blocks = (total x utilization - (total x 0.01 + weights)) // block bytes;
     # no profiling pass, so the step budget does not change the pool.
     model = get_model("opt-13b")
-    gpu = __import__("simbatch.hardware", fromlist=["get_gpu"]).get_gpu("a100-80gb")
+    gpu = __import__("simbatch.catalog.hardware", fromlist=["get_gpu"]).get_gpu("a100-80gb")
     scenario = load_scenario("distserve_opt13b_a100")
     assert scenario.engine.reserve_fraction == 0.01 and not scenario.engine.profile_activations
     blocks = kv_blocks_per_replica(scenario, model, gpu, tensor_parallel=1)

@@ -13,11 +13,11 @@ from logkit import step
 from simbatch.engine.dispatcher import dispatch
 from simbatch.engine.replica import Replica
 from simbatch.engine.setup import flush_unfinished
-from simbatch.eventlog import EventLog
-from simbatch.kvcache import KVCache
-from simbatch.params import parse_params
+from simbatch.core.eventlog import EventLog
+from simbatch.core.kvcache import KVCache
+from simbatch.core.params import parse_params
 from simbatch.policies.continuous import ContinuousPolicy
-from simbatch.sequence import Sequence
+from simbatch.core.sequence import Sequence
 from simkit import RecordingBackend, workload_of
 
 

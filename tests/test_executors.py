@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from simbatch.errors import SimbatchError, fail
-from simbatch.executors import InlineExecutor, ProcessExecutor, make_executor
-from simbatch.scenario import from_dict
+from simbatch.runs.executors import InlineExecutor, ProcessExecutor, make_executor
+from simbatch.scenario.spec import from_dict
 from simbatch.sweep import parse_grid_args, run_sweep
 
 SCENARIO = {
@@ -29,7 +29,7 @@ GRID = ["policy.kind=static,chunked_prefill", "workload.rate_scale=0.5,2", "seed
 @pytest.fixture(scope="module")
 def dask_executor():
     pytest.importorskip("distributed")
-    from simbatch.dask_executor import DaskExecutor
+    from simbatch.runs.dask import DaskExecutor
 
     executor = DaskExecutor("local", workers=2)
     yield executor

@@ -7,7 +7,7 @@ import pytest
 
 from simbatch.engine.check import fast_path_difference
 from simbatch.engine.simulation import simulate
-from simbatch.scenario import from_dict
+from simbatch.scenario.spec import from_dict
 from prefixkit import shared_prefix_requests
 
 # kv_cache.mode, then /reserve for max_length caches (oracle when absent)

@@ -10,7 +10,7 @@ import pytest
 from simbatch.api import run
 from simbatch.cli import main
 from simbatch.errors import SimbatchError
-from simbatch.scenario import load_scenario
+from simbatch.scenario.spec import load_scenario
 from simbatch.version import __version__
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +126,7 @@ def test_a_missing_empirical_trace_names_its_field(tmp_path, capsys):
 def test_a_bundled_trace_scenario_inside_an_installed_package(tmp_path, monkeypatch):
     """After a plain `pip install .` the bundled scenarios sit in site-packages, where
     ../../shared/traces means nothing: say the trace is not shipped, and how to give it."""
-    import simbatch.bundled as bundled
+    import simbatch.files.bundled as bundled
 
     packaged = tmp_path / "site" / "simbatch" / "scenarios"
     path = trace_scenario(packaged, "../../shared/traces/AzureLLMInferenceTrace_conv.csv")
@@ -205,7 +205,7 @@ GOOD_PROFILE = ROOT / "calibration" / "profiles" / "cpu-tiny-float32-tp1"
 
 def shaken(profile):
     """``profile`` as a busy machine measures it: its whole steps timed 4x slow or 4x fast by turns."""
-    from simbatch.profiles import Profile
+    from simbatch.catalog.profiles import Profile
 
     m = profile.measurements.copy()
     steps = m.index[m["op"] == "step_forward"]
@@ -217,7 +217,7 @@ def shaken(profile):
 
 def test_a_profile_gets_a_verdict():
     from simbatch.calibrate.verdict import verdict_line
-    from simbatch.profiles import read_profile
+    from simbatch.catalog.profiles import read_profile
 
     good = read_profile(GOOD_PROFILE)
     assert verdict_line(good) == "verdict: good: 21.7 % median error on its 47 whole steps (worst 58.3 %)"
@@ -237,7 +237,7 @@ def test_a_poor_profile_does_not_replace_a_good_one_without_force(tmp_path):
     import shutil
 
     from simbatch.calibrate.verdict import check_overwrite
-    from simbatch.profiles import read_profile
+    from simbatch.catalog.profiles import read_profile
 
     out = tmp_path / "profile"
     shutil.copytree(GOOD_PROFILE, out)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from simbatch.hardware import GB, GPU_PRESETS, TFLOPS, GiB, get_gpu
+from simbatch.catalog.hardware import GB, GPU_PRESETS, TFLOPS, GiB, get_gpu
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "hardware.md"
 COLUMNS = ["preset", "GPU", "memory", "bandwidth", "BF16", "FP8", "INT8", "link", "link kind"]
@@ -48,7 +48,7 @@ def _doc_table() -> dict[str, dict[str, float]]:
 def test_preset_figures_are_sane(name):
     g = GPU_PRESETS[name]
     assert g.name == name
-    # The marketed GB as GiB, or what the driver reports: at most 4 % under it (simbatch/hardware.py).
+    # The marketed GB as GiB, or what the driver reports: at most 4 % under it (simbatch/catalog/hardware.py).
     assert g.memory_bytes > 0
     assert g.memory_bytes % GiB == 0 or 0.96 < g.memory_bytes / (round(g.memory_bytes / GiB / 8) * 8 * GiB) < 1
     assert g.hbm_bandwidth > 0 and g.peak_flops > 0 and g.link_bandwidth > 0

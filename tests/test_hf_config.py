@@ -1,8 +1,8 @@
-"""Models from their Hugging Face config.json (simbatch/hf_config.py; spec_from_hf and get_model's
-config: / hf_config: entries in simbatch/models.py).
+"""Models from their Hugging Face config.json (simbatch/catalog/hf_config.py; spec_from_hf and get_model's
+config: / hf_config: entries in simbatch/catalog/models.py).
 
-The shipped configs (simbatch/data/hf_configs, sources in its README) are read and
-compared with the presets written out in simbatch/models.py; parameter counts are
+The shipped configs (simbatch/catalog/hf_configs, sources in its README) are read and
+compared with the presets written out in simbatch/catalog/models.py; parameter counts are
 checked against the totals the model makers publish, which neither the files nor
 the code supplied.
 """
@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from simbatch.errors import SimbatchError
-from simbatch.hf_config import read_hf_config
-from simbatch.models import MODEL_PRESETS, get_model, spec_from_hf
+from simbatch.catalog.hf_config import read_hf_config
+from simbatch.catalog.models import MODEL_PRESETS, get_model, spec_from_hf
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "simbatch" / "data" / "hf_configs"
+CONFIGS = ROOT / "simbatch" / "catalog" / "hf_configs"
 SHIPPED = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen2.5-7b", "qwen2.5-72b", "mixtral-8x7b",
            "deepseek-v3", "yi-34b", "opt-66b", "qwen3-30b-a3b", "gemma-2-9b", "llama-4-scout-17b-16e-fp8"]
 
@@ -253,16 +253,16 @@ def test_unreadable_configs_are_one_line_errors(tmp_path, content, fragment):
 
 
 def test_importing_simbatch_does_not_read_configs():
-    code = "import sys, simbatch, simbatch.models; print('simbatch.hf_config' in sys.modules)"
+    code = "import sys, simbatch, simbatch.catalog.models; print('simbatch.catalog.hf_config' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "False", out.stderr
 
 
 def test_the_configs_are_package_data():
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    patterns = data["simbatch"]
+    patterns = data["simbatch.catalog"]
     for path in CONFIGS.iterdir():
-        relative = path.relative_to(ROOT / "simbatch").as_posix()
+        relative = path.relative_to(ROOT / "simbatch" / "catalog").as_posix()
         assert any(fnmatch.fnmatch(relative, p) for p in patterns), relative
 
 
@@ -409,7 +409,7 @@ def test_llama4_every_layer_listed_and_model_type_read():
 
 def test_attention_16bit_prices_the_attention_at_16_bits():
     from simbatch.costmodel.roofline import RooflineCostModel
-    from simbatch.plan import StepPlan
+    from simbatch.core.plan import StepPlan
 
     spec = get_model(SCOUT)
     kept, quantised = (RooflineCostModel(s, "h100-sxm", 4) for s in (spec, replace(spec, attention_16bit=False)))

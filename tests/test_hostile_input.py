@@ -145,7 +145,7 @@ def tree(folder: Path) -> list[str]:
 def test_a_variant_name_that_is_no_plain_name_fails_before_anything_is_written(tmp_path, capsys, monkeypatch, name):
     """``variants: {"/abs/x": ..., "../y": ...}`` then ``compare --out sub/out`` exited 0 and wrote
     run folders at /abs/x and sub/y; ``a/b`` nested folders that ``report`` then left out."""
-    import simbatch.runs as runs
+    import simbatch.runs.one as runs
 
     monkeypatch.setattr(runs, "simulate", lambda *a, **k: pytest.fail("simulated before checking the names"))
     monkeypatch.chdir(tmp_path)
@@ -186,7 +186,7 @@ def test_a_number_as_a_variant_name_says_to_quote_it(tmp_path, capsys):
 # Each case: exit code 2, one stderr line naming the scenario file (and the config.json, if one) and
 # the field, and no output folder; before, a traceback, a hang or a run that exited 0 with nonsense.
 
-HF_CONFIGS = ROOT / "simbatch" / "data" / "hf_configs"
+HF_CONFIGS = ROOT / "simbatch" / "catalog" / "hf_configs"
 
 
 def one_line_error(tmp_path: Path, capsys, scenario: str, *settings: str) -> str:
@@ -261,7 +261,7 @@ def test_a_model_size_no_real_model_comes_near_is_one_line(tmp_path, capsys, sou
 
 
 # Figures that make a step infinite or lose all precision: every figure that reaches a step's
-# seconds is bounded at load so that simulated time stays within its horizon (simbatch.horizon).
+# seconds is bounded at load so that simulated time stays within its horizon (simbatch.core.horizon).
 FIGURES = {
     "peak_flops 1e-300": ("classroom", "hardware={base: a100-80gb, peak_flops: 1e-300}", "hardware.peak_flops"),
     "hbm_bandwidth 10**400": ("classroom", f"hardware={{base: a100-80gb, hbm_bandwidth: {10**400}}}",
@@ -296,7 +296,7 @@ def test_a_figure_that_would_break_a_steps_seconds_is_one_line(tmp_path, capsys,
     ("classroom", "cluster={pipeline_parallel: 2, micro_batches: 1024, replicas: 10000}"),
 ], ids=["slow GPU", "large GPU", "slow engine", "skewed routing", "large cluster"])
 def test_figures_at_the_bounds_still_load(scenario, setting):
-    from simbatch.scenario import load_scenario
+    from simbatch.scenario.spec import load_scenario
 
     load_scenario(scenario, [setting])
 
@@ -322,7 +322,7 @@ def test_more_redundant_experts_than_gpus_can_hold_fail_before_placement(tmp_pat
 ], ids=["replicas", "a group's count", "a pool's replicas"])
 def test_a_million_replicas_fail_before_they_are_built(tmp_path, capsys, monkeypatch, scenario, setting, field):
     """A million replicas took minutes and gigabytes building their engines, with nothing simulated."""
-    import simbatch.runs as runs
+    import simbatch.runs.one as runs
 
     monkeypatch.setattr(runs, "simulate", lambda *a, **k: pytest.fail("simulated before checking the size"))
     err = one_line_error(tmp_path, capsys, scenario, setting)
@@ -343,7 +343,7 @@ def speculative_scenario(draft_model) -> dict:
 def test_a_draft_model_given_as_a_mapping_runs_as_the_docs_promise(tmp_path, capsys):
     """docs/scenarios.md: ``draft_model``, "a preset or model mapping"; a mapping was refused
     ("expected a string"), as the section's type took only the first of ``str | dict``."""
-    from simbatch.scenario import load_scenario
+    from simbatch.scenario.spec import load_scenario
 
     target = load_scenario("classroom").data["model"]
     path = tmp_path / "s.yaml"
@@ -384,7 +384,7 @@ def test_report_md_shows_a_model_name_as_text_never_as_html(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def classroom():
-    from simbatch.scenario import load_scenario
+    from simbatch.scenario.spec import load_scenario
 
     return load_scenario("classroom")
 
@@ -538,7 +538,7 @@ def test_pool_workers_ignore_ctrl_c_and_leave_it_to_their_parent():
     import signal
     import time
 
-    from simbatch.executors import ProcessExecutor
+    from simbatch.runs.executors import ProcessExecutor
 
     executor = ProcessExecutor(2)
     try:

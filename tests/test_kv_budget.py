@@ -15,11 +15,11 @@ from simbatch.engine.setup import kv_budget_per_replica
 from simbatch.errors import SimbatchError
 from simbatch.measured import MeasuredRun, read_measured
 from simbatch.measured.capacity import implied_capacity
-from simbatch.models import get_model
+from simbatch.catalog.models import get_model
 
 GiB = 2**30
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "measured"
-A100_80GB = 79.25 * GiB  # the driver's figure the preset carries (simbatch/hardware.py)
+A100_80GB = 79.25 * GiB  # the driver's figure the preset carries (simbatch/catalog/hardware.py)
 
 
 def budget(name: str, *overrides: str):
@@ -147,7 +147,7 @@ def test_validate_sets_the_engines_own_pool_beside_the_scenarios_where_the_bench
     ("a100-80gb", "vllm-0.8", (8192, 1024)),  # 0.8.x gave every 70 GiB GPU the large ones
 ])
 def test_a_v1_preset_fills_the_releases_scheduler_defaults_the_policy_leaves_out(hardware, preset, expected):
-    from simbatch.scenario import from_dict
+    from simbatch.scenario.spec import from_dict
 
     base = {"workload": {"requests": [{"prompt": 10, "output": 3}]}, "model": "llama-3.1-8b",
             "hardware": hardware, "engine": preset}

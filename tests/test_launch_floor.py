@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from simbatch.costmodel import RooflineCostModel, build_cost_model
-from simbatch.engines import PRESETS, parse_engine
+from simbatch.catalog.servers import PRESETS, parse_engine
 from simbatch.errors import SimbatchError
-from simbatch.plan import StepPlan
+from simbatch.core.plan import StepPlan
 from scriptkit import load_script
 
 REPO = Path(__file__).resolve().parents[1]

@@ -25,8 +25,17 @@ FORBIDDEN = (
     ("simbatch.costmodel", "simbatch.calibrate"),
     # The scenario is parsed into specs the engine reads; parsing never needs the engine.
     ("simbatch.scenario", "simbatch.engine"),
-    ("simbatch.disaggregation_params", "simbatch.engine"),
 )
+# The bottom of the house, lowest first: a module of one of these packages imports only from its
+# own layer or those below (the shared types, the file loaders, then the catalogues of models,
+# GPUs and servers), whatever the package above that uses it.
+BOTTOM_LAYERS = (
+    ("simbatch.errors", "simbatch.version"),
+    ("simbatch.core", "simbatch.files"),
+    ("simbatch.catalog",),
+)
+# The top level is the public face only (issue 34): everything else lives in a package.
+PUBLIC_FACE = {"__init__", "__main__", "api", "cli", "errors", "version"}
 
 
 def module_names() -> dict[str, Path]:
@@ -99,7 +108,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_is_read():
     graph = import_graph()
-    assert "simbatch.engine.simulation" in graph["simbatch.runs"]
+    assert "simbatch.engine.simulation" in graph["simbatch.runs.one"]
     assert "simbatch.engine.setup" in graph["simbatch.engine.disaggregation.build"]
 
 
@@ -111,8 +120,46 @@ def test_the_cycle_finder_finds_one():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def _in(module: str, packages) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def reaching_up(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """The imports by a module of :data:`BOTTOM_LAYERS` of anything not in its layer or below."""
+    bad = []
+    for level, packages in enumerate(BOTTOM_LAYERS):
+        allowed = [p for layer in BOTTOM_LAYERS[: level + 1] for p in layer]
+        bad += [(m, t) for m, targets in sorted(graph.items()) if _in(m, packages)
+                for t in sorted(targets) if t != "simbatch" and not _in(t, allowed)]
+    return bad
+
+
+def test_the_bottom_layers_import_only_what_lies_below_them():
+    assert reaching_up(import_graph()) == []
+
+
+def test_the_checker_sees_a_layer_reaching_up():
+    graph = {"simbatch.core.plan": {"simbatch.catalog.models", "simbatch.errors"},
+             "simbatch.catalog.models": {"simbatch.core.plan", "simbatch.files.textfile"},
+             "simbatch.files.yamlio": {"simbatch.policies.base"}}
+    assert reaching_up(graph) == [("simbatch.core.plan", "simbatch.catalog.models"),
+                                  ("simbatch.files.yamlio", "simbatch.policies.base")]
+
+
+def test_the_top_level_is_the_public_face():
+    modules = {path.stem for path in PACKAGE.glob("*.py")}
+    assert modules == PUBLIC_FACE and len(modules) <= 8
+
+
 def test_lower_layers_never_import_upper_ones():
     graph = import_graph()
     bad = [(m, t) for m, targets in graph.items() for t in targets for low, high in FORBIDDEN
            if (m == low or m.startswith(low + ".")) and (t == high or t.startswith(high + "."))]
     assert bad == []
+
+
+def test_the_architecture_page_names_every_package():
+    """docs/architecture.md's tree has a line for each package of simbatch/ (a new room is drawn)."""
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    packages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    assert [p for p in packages if f"\n  {p}/ " not in page] == []

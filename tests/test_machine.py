@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from simbatch.machine import machine_differences, machine_notes
-from simbatch.models import get_model
+from simbatch.catalog.machine import machine_differences, machine_notes
+from simbatch.catalog.models import get_model
 from simbatch.validation.profile import find_profile, predicting_cost_model, profile_mismatch
 
 REPO = Path(__file__).resolve().parents[1]

@@ -118,7 +118,7 @@ def test_calibrate_from_log_prints_the_speed_check(tmp_path, capsys):
 def test_validate_against_reports_the_speed_of_a_log_inside_the_others_load():
     """validate --against's entries: vllm-200-2 (logged 1.5 h later, batch 20 between the others'
     12 and 26) ran > 8 % slower; the two outside logs get None, not an extrapolation."""
-    from simbatch.scenario import load_scenario
+    from simbatch.scenario.spec import load_scenario
     from simbatch.validation.against import validate_runs
 
     root = Path(__file__).resolve().parents[1]

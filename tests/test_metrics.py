@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simbatch.errors import SimbatchError
-from simbatch.eventlog import EventLog
+from simbatch.core.eventlog import EventLog
 from simbatch.metrics import comparison_table, latency_stats, request_table, steps_table, summarize
 from simbatch.metrics.summary import SUMMARY_KEYS, weighted_latency_stats
 
@@ -281,8 +281,8 @@ def test_waiting_frac_is_the_union_of_waits_per_replica_over_replica_time():
 
 
 def test_waiting_frac_rises_with_load_while_busy_stays_near_one():
-    from simbatch.scenario import load_scenario
-    from simbatch.runs import run
+    from simbatch.scenario.spec import load_scenario
+    from simbatch.runs.one import run
     from pathlib import Path
 
     chat = Path(__file__).resolve().parents[1] / "scenarios" / "chat.yaml"

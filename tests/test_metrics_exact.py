@@ -21,8 +21,8 @@ from simbatch.metrics.columns import RowsView, group_order, group_rows, num_rows
 from simbatch.metrics.requests import TokenRuns, itl_pool, token_runs
 from simbatch.metrics.steps import step_columns
 from simbatch.metrics.summary import weighted_latency_stats
-from simbatch.runs import run
-from simbatch.scenario import load_scenario
+from simbatch.runs.one import run
+from simbatch.scenario.spec import load_scenario
 
 # chat on two small A100-40GB replicas at 20 req/s: the KV cache runs out, requests are preempted
 SMALL_KV = ["hardware=a100-40gb", "kv_cache.gpu_memory_utilization=0.36", "cluster.replicas=2",

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from simbatch.api import run
-from simbatch.scenario import load_scenario
+from simbatch.scenario.spec import load_scenario
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "fp8_70b_h100.yaml"
 

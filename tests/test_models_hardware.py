@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from simbatch.errors import SimbatchError
-from simbatch.hardware import GPU_PRESETS, GiB, GPUSpec, get_gpu
-from simbatch.models import MODEL_PRESETS, ModelSpec, get_model
+from simbatch.catalog.hardware import GPU_PRESETS, GiB, GPUSpec, get_gpu
+from simbatch.catalog.models import MODEL_PRESETS, ModelSpec, get_model
 
 # Published parameter totals (model cards / HF safetensors metadata).
 KNOWN_PARAMS = {
@@ -89,7 +89,7 @@ def test_get_model_rejects(bad, fragment):
 
 def test_gpu_presets_follow_the_datasheets():
     a100 = get_gpu("A100-80GB")
-    assert a100.memory_bytes == 79.25 * GiB  # what the driver reports (simbatch/hardware.py)
+    assert a100.memory_bytes == 79.25 * GiB  # what the driver reports (simbatch/catalog/hardware.py)
     assert a100.hbm_bandwidth == 2039e9 and a100.peak_flops == 312e12
     assert get_gpu("h200").hbm_bandwidth == 4800e9
     assert get_gpu("l4").link_bandwidth < get_gpu("a40").link_bandwidth < a100.link_bandwidth

@@ -16,9 +16,9 @@ from simbatch.costmodel.roofline import decode_work
 from simbatch.costmodel.routing import (ExpertLoad, expected_distinct, inclusion, popularity,
                                         rank_load_table)
 from simbatch.errors import SimbatchError
-from simbatch.models import get_model
-from simbatch.plan import StepPlan
-from simbatch.scenario import from_dict, load_scenario
+from simbatch.catalog.models import get_model
+from simbatch.core.plan import StepPlan
+from simbatch.scenario.spec import from_dict, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 MIXTRAL = dict(name="mixtral", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
@@ -233,7 +233,7 @@ def test_each_pool_takes_its_own_expert_layout():
 
 
 def run_summary(sc) -> dict:
-    from simbatch.runs import run
+    from simbatch.runs.one import run
 
     return run(sc).summary
 

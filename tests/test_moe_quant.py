@@ -10,10 +10,10 @@ import pytest
 from simbatch.costmodel import RooflineCostModel, build_cost_model
 from simbatch.costmodel.roofline import decode_work
 from simbatch.errors import SimbatchError
-from simbatch.models import get_model
-from simbatch.plan import StepPlan
-from simbatch.quantization import apply_quantization
-from simbatch.scenario import from_dict
+from simbatch.catalog.models import get_model
+from simbatch.core.plan import StepPlan
+from simbatch.scenario.quantization import apply_quantization
+from simbatch.scenario.spec import from_dict
 
 # Shapes from each model's Hugging Face config.json (mistralai/Mixtral-8x7B-v0.1,
 # deepseek-ai/DeepSeek-V3); given inline so these tests do not depend on the presets.

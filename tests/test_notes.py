@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from simbatch.commands.common import MAX_NOTES, print_notes
-from simbatch.notes import summarise_notes
+from simbatch.commands.notes import summarise_notes
 
 
 def cut(t: float, fit: int) -> str:

@@ -7,9 +7,9 @@ import pytest
 from simbatch.engine.setup import group_backend
 from simbatch.engine.simulation import run_cluster, simulate
 from simbatch.errors import SimbatchError
-from simbatch.models import get_model
-from simbatch.prefix_cache import PrefixKVCache
-from simbatch.scenario import from_dict
+from simbatch.catalog.models import get_model
+from simbatch.core.prefix_cache import PrefixKVCache
+from simbatch.scenario.spec import from_dict
 from simbatch.validation.realtime import check_validatable
 from simbatch.workload import build_workload
 from tests.prefixkit import shared_prefix_requests

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import simbatch.runs as runs
+import simbatch.runs.one as runs
 from simbatch.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,7 +21,7 @@ COMMANDS = [["run", "classroom"], ["compare", "classroom", "--jobs", "1"],
 @pytest.mark.parametrize("argv", COMMANDS, ids=lambda a: a[0])
 @pytest.mark.parametrize("bad", ["file", "under_file", "proc"])
 def test_bad_out_fails_before_simulating(tmp_path, capsys, monkeypatch, argv, bad):
-    # Every in-process simulation goes through simbatch.runs' simulate: make it fail loudly, so
+    # Every in-process simulation goes through simbatch.runs.one' simulate: make it fail loudly, so
     # the error must come before any (compare may also run policies in worker processes).
     monkeypatch.setattr(runs, "simulate", lambda *a, **k: pytest.fail("simulated before checking --out"))
     (tmp_path / "f.txt").write_text("x")
@@ -44,7 +44,7 @@ def test_an_unwritable_trace_out_fails_before_simulating(tmp_path, capsys, monke
     assert not (tmp_path / "o").exists()
 
 
-# Names that become paths (issue 33): one check, simbatch.outpaths.check_path_name, for all of them.
+# Names that become paths (issue 33): one check, simbatch.files.outpaths.check_path_name, for all of them.
 PLAIN_NAMES = ["chat", "v1.2", "64", "a+b", "größer", "x" * 80, "with space"]
 NOT_PLAIN = {"../x": "would be a path", "/tmp/x": "would be a path", "a/b": "would be a path",
              "a\\b": "would be a path", ".": "would be a path", "..": "would be a path",
@@ -55,7 +55,7 @@ NOT_PLAIN = {"../x": "would be a path", "/tmp/x": "would be a path", "a/b": "wou
 
 @pytest.mark.parametrize("name", PLAIN_NAMES)
 def test_a_plain_name_passes(name):
-    from simbatch.outpaths import check_path_name
+    from simbatch.files.outpaths import check_path_name
 
     assert check_path_name(name, "here") == name
 
@@ -63,7 +63,7 @@ def test_a_plain_name_passes(name):
 @pytest.mark.parametrize("name, cause", list(NOT_PLAIN.items()), ids=[repr(n)[:12] for n in NOT_PLAIN])
 def test_a_name_that_is_no_plain_name_is_one_line(name, cause):
     from simbatch.errors import SimbatchError
-    from simbatch.outpaths import check_path_name
+    from simbatch.files.outpaths import check_path_name
 
     with pytest.raises(SimbatchError) as err:
         check_path_name(name, "f.yaml: variants")
@@ -72,7 +72,7 @@ def test_a_name_that_is_no_plain_name_is_one_line(name, cause):
 
 def test_a_name_written_beside_it_is_refused():
     from simbatch.errors import SimbatchError
-    from simbatch.outpaths import check_path_name
+    from simbatch.files.outpaths import check_path_name
 
     with pytest.raises(SimbatchError, match="'comparison.csv' is the name of a file written beside it"):
         check_path_name("comparison.csv", "here", reserved=("comparison.csv",))
@@ -81,10 +81,10 @@ def test_a_name_written_beside_it_is_refused():
 def test_every_name_that_becomes_a_path_meets_the_same_check(tmp_path):
     """The scenario's name, a variant's, a policy's kind and an output folder's entries: one cause."""
     from simbatch.errors import SimbatchError
-    from simbatch.outpaths import check_path_name
+    from simbatch.files.outpaths import check_path_name
     from simbatch.policies import Policy, register_policy
     from simbatch.report.outputs import write_files
-    from simbatch.scenario import from_dict
+    from simbatch.scenario.spec import from_dict
 
     base = yaml.safe_load((ROOT / "scenarios" / "classroom.yaml").read_text())
     long = "x" * 81

@@ -44,7 +44,7 @@ def test_bundled_names_resolve_after_a_plain_install(installed, tmp_path):
     assert out.returncode == 0, out.stderr
     assert "== one_batch: static" in out.stdout and "slots used 35.9 %" in out.stdout
     assert (tmp_path / "out" / "summary.json").is_file()
-    where = subprocess.run([sys.executable, "-c", "import simbatch.bundled as b; print(b.bundled_dir())"],
+    where = subprocess.run([sys.executable, "-c", "import simbatch.files.bundled as b; print(b.bundled_dir())"],
                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(installed)},
                            capture_output=True, text=True)
     assert where.stdout.strip() == str(installed / "simbatch" / "scenarios")
@@ -56,11 +56,11 @@ def test_a_clone_reads_its_own_scenarios(installed, tmp_path):
     clone = copy_checkout(tmp_path / "clone")
     (clone / "runs").mkdir()
     for cwd, expected in ((clone / "runs", clone / "scenarios"), (tmp_path, installed / "simbatch" / "scenarios")):
-        where = subprocess.run([sys.executable, "-c", "import simbatch.bundled as b; print(b.bundled_dir())"],
+        where = subprocess.run([sys.executable, "-c", "import simbatch.files.bundled as b; print(b.bundled_dir())"],
                                cwd=cwd, env={**os.environ, "PYTHONPATH": str(installed)},
                                capture_output=True, text=True)
         assert where.stdout.strip() == str(expected), where.stderr
-    scenario = subprocess.run([sys.executable, "-c", "from simbatch.bundled import resolve_scenario_path as r; "
+    scenario = subprocess.run([sys.executable, "-c", "from simbatch.files.bundled import resolve_scenario_path as r; "
                                "print(r('prefix_cache'))"], cwd=clone, capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": str(installed)})
     assert scenario.stdout.strip() == str(clone / "scenarios" / "prefix_cache.yaml"), scenario.stderr

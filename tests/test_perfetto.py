@@ -10,7 +10,7 @@ import pytest
 from simbatch.api import run
 from simbatch.cli import main
 from simbatch.report.perfetto import PHASES, trace_events, write_trace
-from simbatch.scenario import load_scenario
+from simbatch.scenario.spec import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASSROOM = ROOT / "scenarios" / "classroom.yaml"

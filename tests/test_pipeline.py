@@ -9,10 +9,10 @@ from simbatch.costmodel import build_cost_model
 from simbatch.costmodel.base import NO_ATTN, AttnWork, StepWork
 from simbatch.costmodel.pipeline import PipelineCostModel, stage_layers
 from simbatch.errors import SimbatchError
-from simbatch.hardware import get_gpu
-from simbatch.models import get_model
-from simbatch.runs import run
-from simbatch.scenario import load_scenario
+from simbatch.catalog.hardware import get_gpu
+from simbatch.catalog.models import get_model
+from simbatch.runs.one import run
+from simbatch.scenario.spec import load_scenario
 
 
 @pytest.mark.parametrize("layers, stages, expected", [
@@ -99,7 +99,7 @@ def test_profile_cost_models_refuse_pipelines():
 
 
 def test_a_slower_link_between_stages_slows_prefill_and_is_reported():
-    from simbatch.links import get_link
+    from simbatch.catalog.links import get_link
 
     work = StepWork((8192, 1, NO_ATTN, AttnWork((8192 * 8193 // 2, 8192, 8192))))
     model, gpu = get_model("llama-3-70b"), get_gpu("h100-sxm")

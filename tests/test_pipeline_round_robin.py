@@ -14,9 +14,9 @@ from simbatch.api import run
 from simbatch.costmodel.pipeline import PipelineCostModel
 from simbatch.costmodel.roofline import decode_work
 from simbatch.engine.disaggregation.build import run_pools
-from simbatch.hardware import get_gpu
-from simbatch.models import get_model
-from simbatch.scenario import from_dict, load_scenario
+from simbatch.catalog.hardware import get_gpu
+from simbatch.catalog.models import get_model
+from simbatch.scenario.spec import from_dict, load_scenario
 from tests.logkit import assert_same_disaggregated_logs
 
 from test_disaggregation import scenario_data

@@ -304,7 +304,7 @@ def test_continuous_max_paddings_counts_padding_in_the_budget():
 def test_continuous_default_budget_is_the_models_window_and_at_least_2048(model, budget):
     # vLLM V0 without chunked prefill: max(max_model_len, 2048) (v0.2.3 vllm/config.py,
     # SchedulerConfig.__init__); an explicit budget stays, in groups and disaggregated pools too.
-    from simbatch.scenario import from_dict
+    from simbatch.scenario.spec import from_dict
 
     base = {"workload": {"requests": [{"prompt": 10, "output": 2}]}, "model": model, "hardware": "a100-80gb"}
     sc = from_dict({**base, "policy": {"kind": "continuous"}})
@@ -321,7 +321,7 @@ def test_continuous_default_budget_is_the_models_window_and_at_least_2048(model,
 
 
 def test_a_continuous_policy_built_without_a_scenario_takes_its_caches_window():
-    from simbatch.kvcache import KVCache
+    from simbatch.core.kvcache import KVCache
     from simbatch.policies.continuous import ContinuousParams, ContinuousPolicy
 
     assert ContinuousPolicy(ContinuousParams(), KVCache(100, max_tokens=4096)).params.max_num_batched_tokens == 4096

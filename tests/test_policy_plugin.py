@@ -14,13 +14,13 @@ from simbatch.cli import main
 from simbatch.engine.simulation import simulate
 from simbatch.errors import SimbatchError
 from simbatch.metrics import request_table
-from simbatch.plan import StepPlan
+from simbatch.core.plan import StepPlan
 from simbatch.policies import POLICIES, load_policy_file, register_policy
 from simbatch.policies import registry
 from simbatch.policies.continuous import ContinuousParams, ContinuousPolicy
 from simbatch.policies.iteration import IterationPolicy
-from simbatch.scenario import from_dict
-from simbatch.sequence import RUNNING
+from simbatch.scenario.spec import from_dict
+from simbatch.core.sequence import RUNNING
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "tgi_policy.py"
 

@@ -8,9 +8,9 @@ from simbatch.cli import main
 from simbatch.engine.simulation import simulate
 from simbatch.errors import SimbatchError
 from simbatch.policies.iteration import IterationPolicy
-from simbatch.prefix_cache import PrefixKVCache, chain_ids
-from simbatch.scenario import from_dict
-from simbatch.sequence import Sequence
+from simbatch.core.prefix_cache import PrefixKVCache, chain_ids
+from simbatch.scenario.spec import from_dict
+from simbatch.core.sequence import Sequence
 from prefixkit import shared_prefix_requests
 
 H = 64  # tokens per hash id in these tests (Mooncake's are 512)
@@ -199,7 +199,7 @@ def test_bundled_scenario_shows_the_cache_paying_off():
     pytest.importorskip("yaml")
     from pathlib import Path
 
-    from simbatch.scenario import load_scenario
+    from simbatch.scenario.spec import load_scenario
 
     path = Path(__file__).resolve().parents[1] / "scenarios" / "prefix_cache.yaml"
     sc = load_scenario(path, ["workload.window=[0, 60]"])

@@ -18,9 +18,9 @@ from simbatch.costmodel.profile_moe import measured_twin
 from simbatch.costmodel.roofline import RooflineCostModel
 from simbatch.costmodel.vidur import shipped_profile
 from simbatch.errors import SimbatchError
-from simbatch.models import get_model
-from simbatch.plan import StepPlan
-from simbatch.profiles import read_profile
+from simbatch.catalog.models import get_model
+from simbatch.core.plan import StepPlan
+from simbatch.catalog.profiles import read_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 MIXTRAL = get_model("mixtral-8x7b")
@@ -214,7 +214,7 @@ def test_a_scenario_prices_mixtral_with_a_profile_fast_and_step_by_step():
     from simbatch.api import run
     from simbatch.engine.simulation import simulate
     from simbatch.metrics import step_columns
-    from simbatch.scenario import load_scenario
+    from simbatch.scenario.spec import load_scenario
 
     sets = ["hardware=a100-80gb", "cost_model.kind=profile", "workload.synthetic.num_requests=150"]
     scenario = load_scenario(ROOT / "scenarios" / "moe_chat.yaml", sets)

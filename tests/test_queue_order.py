@@ -9,7 +9,7 @@ from simbatch.cli import main
 from simbatch.engine.simulation import simulate
 from simbatch.errors import SimbatchError
 from simbatch.metrics import request_table
-from simbatch.scenario import from_dict
+from simbatch.scenario.spec import from_dict
 from prefixkit import shared_prefix_requests
 
 
@@ -192,7 +192,7 @@ def test_a_request_preempted_while_its_step_is_planned_leaves_that_plan(kind, po
     # takes it back out of the step (Scheduler.schedule, "if preempted_req in
     # scheduled_running_reqs"); a plan must never compute tokens for a queued request.
     from simbatch.policies import POLICIES
-    from simbatch.sequence import RUNNING
+    from simbatch.core.sequence import RUNNING
 
     rng = np.random.default_rng(1)
     arrivals = np.cumsum(rng.exponential(1 / 20, 200))
@@ -224,9 +224,9 @@ def test_priority_victim_is_the_latest_arrival_of_the_least_important_class(kind
     # as max(self.running, key=lambda r: (r.priority, r.arrival_time)): a request re-admitted
     # after a preemption sits last in the running list but keeps its early arrival, so it is
     # not the victim while a later arrival of its class runs.
-    from simbatch.kvcache import KVCache
+    from simbatch.core.kvcache import KVCache
     from simbatch.policies import POLICIES
-    from simbatch.sequence import Sequence
+    from simbatch.core.sequence import Sequence
 
     policy = POLICIES[kind](POLICIES[kind].Params(queue_order="priority"), KVCache(100))
     late, early_readmitted, important = Sequence(1, 5.0, 10, 10, 1), Sequence(0, 1.0, 10, 10, 1), Sequence(2, 9.0, 10, 10, 0)

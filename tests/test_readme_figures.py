@@ -119,7 +119,7 @@ def test_the_performance_counts_are_what_the_benchmark_runs(label):
     benchmark's own scenario under each row's policy (its times and MiB are one machine's
     measurement, labelled as such in the README, and not a test's to reproduce)."""
     from simbatch.api import run
-    from simbatch.scenario import from_dict
+    from simbatch.scenario.spec import from_dict
 
     path = ROOT / "benchmarks" / "scenarios" / f"speed_{label}.yaml"
     rows = performance_rows(label)

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from simbatch.api import POLICY_ORDER, compare, run
-from simbatch.scenario import load_scenario
+from simbatch.scenario.spec import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "traces"

@@ -14,7 +14,7 @@ from simbatch.metrics.summary import SUMMARY_KEYS
 from simbatch.errors import SimbatchError
 from simbatch.report import (format_comparison, format_comparison_markdown, format_summary, plot_comparison,
                              write_run)
-from simbatch.eventlog import EventLog
+from simbatch.core.eventlog import EventLog
 from simbatch.report import outputs
 
 from logkit import PEAKS, three_requests, workload

@@ -13,12 +13,12 @@ from simbatch.engine.dispatcher import dispatch
 from simbatch.engine.replica import Replica
 from simbatch.policies.routers import ROUTERS, StepClock, make_router
 from simbatch.engine.simulation import simulate
-from simbatch.eventlog import EventLog
-from simbatch.kvcache import KVCache
-from simbatch.params import parse_params
+from simbatch.core.eventlog import EventLog
+from simbatch.core.kvcache import KVCache
+from simbatch.core.params import parse_params
 from simbatch.policies import POLICIES
-from simbatch.scenario import from_dict, load_scenario
-from simbatch.sequence import Sequence
+from simbatch.scenario.spec import from_dict, load_scenario
+from simbatch.core.sequence import Sequence
 from simkit import RecordingBackend, workload_of
 
 ROOT = Path(__file__).resolve().parents[1]

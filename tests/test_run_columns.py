@@ -14,8 +14,8 @@ import pytest
 from simbatch.metrics import replica_summaries, request_columns, request_table, step_columns, steps_table, summarize
 from simbatch.metrics.columns import group_rows, num_rows, take_rows
 from simbatch.metrics.disaggregation import disaggregation_summary
-from simbatch.runs import RunOutput, run
-from simbatch.scenario import load_scenario
+from simbatch.runs.one import RunOutput, run
+from simbatch.scenario.spec import load_scenario
 
 
 @pytest.fixture(scope="module", params=["classroom", "disaggregated"])
@@ -68,7 +68,7 @@ def test_column_helpers():
 
 
 def test_running_and_summarising_never_import_pandas():
-    code = ("import sys; from simbatch.runs import run; from simbatch.scenario import load_scenario; "
+    code = ("import sys; from simbatch.runs.one import run; from simbatch.scenario.spec import load_scenario; "
             "out = run(load_scenario('classroom')); "
             "print(out.summary['completed'], sorted(m for m in ('pandas', 'matplotlib', 'pyarrow') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -3,7 +3,7 @@
 import pytest
 
 from simbatch.errors import SimbatchError
-from simbatch.scenario import apply_overrides, from_dict, load_scenario
+from simbatch.scenario.spec import apply_overrides, from_dict, load_scenario
 
 BASE = {
     "name": "t",

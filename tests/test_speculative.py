@@ -11,9 +11,9 @@ from simbatch.costmodel.speculative import SpeculativeCostModel, build_drafter
 from simbatch.engine.setup import kv_blocks_per_replica
 from simbatch.engine.simulation import simulate
 from simbatch.errors import SimbatchError
-from simbatch.plan import StepPlan
-from simbatch.scenario import from_dict, load_scenario
-from simbatch.speculative import Acceptance, SpeculativeParams, acceptance_rate_from_length, drafter_model
+from simbatch.core.plan import StepPlan
+from simbatch.scenario.spec import from_dict, load_scenario
+from simbatch.scenario.speculative import Acceptance, SpeculativeParams, acceptance_rate_from_length, drafter_model
 
 
 def _scenario(spec=None, *overrides, requests=200):
@@ -92,7 +92,7 @@ def test_no_draft_accepted_costs_time_and_gains_nothing():
 
 
 def test_speculation_cuts_tpot_under_load_and_reports_what_it_did():
-    from simbatch.runs import run
+    from simbatch.runs.one import run
 
     base = run(_scenario()).summary
     spec_run = run(_scenario("{method: eagle, num_speculative_tokens: 3, acceptance_rate: 0.7}"))

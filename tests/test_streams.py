@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from simbatch.api import run
 from simbatch.costmodel import RooflineCostModel
 from simbatch.engine.simulation import simulate
-from simbatch.plan import StepPlan
-from simbatch.scenario import from_dict
+from simbatch.core.plan import StepPlan
+from simbatch.scenario.spec import from_dict
 
 CM = RooflineCostModel("llama-2-7b", "a100-80gb")
 

@@ -10,8 +10,8 @@ import yaml
 
 from simbatch.cli import main
 from simbatch.errors import SimbatchError
-from simbatch.executors import InlineExecutor
-from simbatch.scenario import from_dict, load_scenario
+from simbatch.runs.executors import InlineExecutor
+from simbatch.scenario.spec import from_dict, load_scenario
 from simbatch.sweep import METRIC_COLUMNS, expand, parse_grid_args, run_id, run_sweep, section_grid, sweep_grid
 from simbatch.sweep.progress import Progress, format_duration
 
@@ -268,7 +268,7 @@ def test_progress_bar_on_a_terminal_and_off_it():
 
 
 def test_new_policy_kind_takes_the_scenarios_policies_section_like_compare():
-    from simbatch.scenario import from_dict
+    from simbatch.scenario.spec import from_dict
     from simbatch.sweep.grid import expand, parse_grid_args
 
     sc = from_dict({"workload": {"requests": [{"prompt": 10, "output": 2}]}, "model": "llama-2-7b",

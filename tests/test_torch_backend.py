@@ -5,7 +5,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from simbatch.backends.torch_backend import TorchBackend
-from simbatch.plan import StepPlan
+from simbatch.core.plan import StepPlan
 
 ATOL = 1e-4
 

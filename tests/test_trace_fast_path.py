@@ -137,7 +137,7 @@ def test_record_columns_fill_missing_keys():
 def test_a_run_of_a_well_formed_trace_never_imports_pandas():
     if not SHARED.is_dir():
         pytest.skip("../shared/traces not present")
-    code = ("import sys; from simbatch.runs import run; from simbatch.scenario import load_scenario; "
+    code = ("import sys; from simbatch.runs.one import run; from simbatch.scenario.spec import load_scenario; "
             "out = run(load_scenario('azure_code', ['workload.num_requests=200'])); "
             "print(out.summary['completed'], 'pandas' in sys.modules, 'matplotlib' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

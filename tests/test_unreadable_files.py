@@ -1,4 +1,4 @@
-"""Every user file is read by one loader (simbatch.textfile), with the same one-line messages
+"""Every user file is read by one loader (simbatch.files.textfile), with the same one-line messages
 (issue 14, item 5): a file the user may not read, one that is not UTF-8, a folder or /dev/null
 where a file belongs. Through the CLI: exit code 2, one line on stderr, nothing written.
 
@@ -55,7 +55,7 @@ def scenario_file(folder: Path) -> tuple[list[str], Path]:
 
 
 def hf_config(folder: Path) -> tuple[list[str], Path]:
-    shutil.copy(ROOT / "simbatch" / "data" / "hf_configs" / "llama-3.1-8b.json", folder / "config.json")
+    shutil.copy(ROOT / "simbatch" / "catalog" / "hf_configs" / "llama-3.1-8b.json", folder / "config.json")
     path = folder / "s.yaml"
     path.write_text(CLASSROOM.replace("model: llama-2-7b", "model: {config: config.json}"))
     return ["run", str(path)], folder / "config.json"
@@ -71,7 +71,7 @@ def profile_files(name: str):
     def make(folder: Path) -> tuple[list[str], Path]:
         from test_costmodel_profile import synthetic_profile
 
-        from simbatch.profiles import write_profile
+        from simbatch.catalog.profiles import write_profile
 
         write_profile(synthetic_profile(), folder / "prof")
         path = folder / "s.yaml"

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from simbatch.cli import main
-from simbatch.plan import StepPlan
-from simbatch.scenario import load_scenario
+from simbatch.core.plan import StepPlan
+from simbatch.scenario.spec import load_scenario
 from simbatch.validation.compare import end_to_end_errors, signed_error, step_kind
 
 REPO = Path(__file__).resolve().parents[1]

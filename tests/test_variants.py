@@ -9,7 +9,7 @@ import pytest
 from simbatch.api import compare
 from simbatch.cli import main
 from simbatch.errors import SimbatchError
-from simbatch.scenario import from_dict
+from simbatch.scenario.spec import from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 

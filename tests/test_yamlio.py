@@ -6,7 +6,7 @@ import pytest
 
 from simbatch.cli import main
 from simbatch.errors import SimbatchError
-from simbatch.yamlio import MAX_NODES, load_yaml
+from simbatch.files.yamlio import MAX_NODES, load_yaml
 
 
 def bomb(levels: int = 8) -> str:
@@ -62,7 +62,7 @@ def test_a_device_is_not_a_scenario(capsys):
 
 def test_a_duplicate_policy_line_no_longer_wins(tmp_path, capsys):
     """Issue 14: a second `policy:` line turned classroom's static run into continuous."""
-    from simbatch.bundled import resolve_scenario_path
+    from simbatch.files.bundled import resolve_scenario_path
 
     text = resolve_scenario_path("classroom").read_text() + "policy: {kind: continuous}\n"
     path = tmp_path / "c.yaml"

@@ -21,7 +21,7 @@ Run it (docs/policies.md, "Writing a policy"):
 from dataclasses import dataclass
 from math import floor
 
-from simbatch.params import require
+from simbatch.core.params import require
 from simbatch.policies.continuous import ContinuousParams, ContinuousPolicy
 
 

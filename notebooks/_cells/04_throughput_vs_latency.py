@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from simbatch import load_scenario, run, scenarios_dir
-from simbatch.executors import make_executor
+from simbatch.runs.executors import make_executor
 from simbatch.sweep import parse_grid_args, run_sweep
 
 

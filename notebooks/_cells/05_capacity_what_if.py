@@ -31,7 +31,7 @@ from IPython.display import display
 from simbatch import load_scenario, run, scenarios_dir
 from simbatch.capacity import (capacity_table, expand, explain_boundary, explain_sizing, find_capacity,
                                format_table, parse_slos, price_table)
-from simbatch.executors import make_executor
+from simbatch.runs.executors import make_executor
 from simbatch.report.palette import POLICY_COLOURS  # the colours of the CLI's figures and reports too
 from simbatch.report.figures_common import plain_ticks  # log axes labelled 200, 1,000, 20k
 

@@ -20,7 +20,7 @@ __all__ = ["TorchBackend"]
 
 def __getattr__(name):
     if name == "TorchBackend":
-        from simbatch.torchdep import require_torch
+        from simbatch.backends.torchdep import require_torch
 
         require_torch("the torch backend")
         from simbatch.backends.torch_backend import TorchBackend

@@ -20,7 +20,7 @@ from simbatch.errors import SimbatchError
 
 _SMI_CLOCKS = "clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem"
 # CPU extensions torch's kernels (oneDNN, its own vectorised code) dispatch on: a profile
-# measured with AMX or AVX-512 does not price a machine without them (simbatch.machine).
+# measured with AMX or AVX-512 does not price a machine without them (simbatch.catalog.machine).
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_tile", "amx_bf16",
              "amx_int8")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -67,7 +67,7 @@ def device_kind(device: torch.device) -> str:
 def device_facts(device: torch.device, threads: int) -> dict:
     """The ``device:`` mapping of ``profile.yaml``: kind, name, versions, clocks, threads, and on
     a CPU its instruction-set extensions, on a GPU its memory and compute capability (what
-    :mod:`simbatch.machine` compares)."""
+    :mod:`simbatch.catalog.machine` compares)."""
     facts = {"kind": device_kind(device), "name": _device_name(device), "torch": str(torch.__version__),
              "driver": None, "cuda": None, "clocks": None, "threads": threads}
     if device.type == "cpu":

@@ -41,8 +41,8 @@ from simbatch.backends.torch_kv import PagedKVPool
 from simbatch.backends.torch_model import LlamaModel
 from simbatch.costmodel.base import StepCost
 from simbatch.errors import SimbatchError
-from simbatch.models import ModelSpec, get_model
-from simbatch.plan import StepPlan
+from simbatch.catalog.models import ModelSpec, get_model
+from simbatch.core.plan import StepPlan
 
 WARMUP_RID = 1 << 40  # request ids the warm-up uses (never a workload's)
 REPLAY_RID = 1 << 41  # and those a replay's stand-in requests use
@@ -120,7 +120,7 @@ class TorchBackend:
 
     @property
     def facts(self) -> dict:
-        """The machine this backend runs on (``profile.yaml``'s ``device:`` mapping; simbatch.machine)."""
+        """The machine this backend runs on (``profile.yaml``'s ``device:`` mapping; simbatch.catalog.machine)."""
         return dict(self._facts)
 
     def describe(self) -> dict:

@@ -26,7 +26,7 @@ import torch
 
 from simbatch.backends.torch_kv import PagedKVPool
 from simbatch.backends.torch_layers import chunk_mask
-from simbatch.plan import StepPlan
+from simbatch.core.plan import StepPlan
 
 PAD_TOKEN = 0
 # Synthetic token ids: a fixed function of (request, position), so a request

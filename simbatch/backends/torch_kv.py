@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from simbatch.models import ModelSpec
+from simbatch.catalog.models import ModelSpec
 
 
 class PagedKVPool:

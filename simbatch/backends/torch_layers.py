@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from simbatch.models import ModelSpec
+from simbatch.catalog.models import ModelSpec
 
 ROPE_THETA = 10_000.0
 NORM_EPS = 1e-5

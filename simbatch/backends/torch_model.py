@@ -3,7 +3,7 @@
 RMSNorm, rotary embeddings, grouped-query attention over a paged KV cache,
 a gated SiLU MLP and an LM head, with random weights drawn from a seed (no
 downloads: timings depend on shapes, not values). The shapes come from a
-:class:`~simbatch.models.ModelSpec` preset (``tiny`` and ``small`` for CPUs,
+:class:`~simbatch.catalog.models.ModelSpec` preset (``tiny`` and ``small`` for CPUs,
 ``llama-2-7b`` and friends for GPUs). Building blocks (fused QKV and gate/up
 matrices, RMSNorm, RoPE, SwiGLU) are the calibration's
 (:mod:`simbatch.backends.torch_layers`), so the operators the profile timed are the
@@ -31,7 +31,7 @@ from simbatch.backends.torch_layers import (
     rope_tables,
     silu_mul,
 )
-from simbatch.models import ModelSpec
+from simbatch.catalog.models import ModelSpec
 
 WEIGHT_STD = 0.02
 

@@ -11,7 +11,7 @@ and ``runner`` (the whole run); facts about the device are in
 
 from __future__ import annotations
 
-from simbatch.torchdep import TORCH_HINT, require_torch
+from simbatch.backends.torchdep import TORCH_HINT, require_torch
 
 
 def calibrate(*args, **kwargs):

@@ -29,7 +29,7 @@ from torch.nn.attention.bias import causal_lower_right
 from simbatch.backends.torch_layers import LayerWeights, chunk_mask, random_tensor
 from simbatch.calibrate.points import decode_contexts
 from simbatch.calibrate.timing import Timer
-from simbatch.profiles import measurement_row
+from simbatch.catalog.profiles import measurement_row
 
 
 def bench_prefill(w: LayerWeights, points: list[tuple[int, int]], timer: Timer, seed: int,

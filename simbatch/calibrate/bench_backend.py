@@ -50,8 +50,8 @@ import torch
 
 from simbatch.calibrate.timing import Stats, summarize
 from simbatch.costmodel.profile import canonical_plan
-from simbatch.models import ModelSpec
-from simbatch.profiles import measurement_row
+from simbatch.catalog.models import ModelSpec
+from simbatch.catalog.profiles import measurement_row
 
 BLOCK_SIZE = 16
 # (decode batch sizes, decode contexts, prefill chunks, prefill contexts, mixed (decodes, chunk) pairs)
@@ -154,10 +154,10 @@ def bench_engine_overhead(backend, spec: ModelSpec, seed: int,
                           progress: Callable[[str], None] = lambda _: None) -> list[dict]:
     """``step_overhead`` rows: the engine's time between steps by running requests, from a
     wall-clock run of the real engine (continuous batching) on this backend."""
-    from simbatch.scenario import from_dict
+    from simbatch.scenario.spec import from_dict
     from simbatch.engine.realtime import run_realtime
 
-    from simbatch.models import DEPLOYMENT_FIELDS
+    from simbatch.catalog.models import DEPLOYMENT_FIELDS
 
     # The spec's fields as a model entry; how experts are laid out is the cluster's, not the model's.
     model = {k: v for k, v in dataclasses.asdict(spec).items() if k not in DEPLOYMENT_FIELDS}

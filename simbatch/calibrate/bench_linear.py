@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from simbatch.backends.torch_layers import LayerWeights, random_tensor
 from simbatch.calibrate.timing import Timer
-from simbatch.profiles import measurement_row
+from simbatch.catalog.profiles import measurement_row
 
 
 def linear_ops(w: LayerWeights) -> dict[str, tuple[torch.Tensor, int]]:

@@ -32,7 +32,7 @@ from simbatch.backends.torch_layers import (
     silu_mul,
 )
 from simbatch.calibrate.timing import Timer
-from simbatch.profiles import measurement_row
+from simbatch.catalog.profiles import measurement_row
 
 ALLREDUCE_TP = (2, 4, 8)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from simbatch.models import ModelSpec
+from simbatch.catalog.models import ModelSpec
 
 # Share of free memory one point's tensors may use (weights come on top and are
 # allocated before the check; the allocator and the OS need slack).

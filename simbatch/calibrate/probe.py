@@ -33,7 +33,7 @@ def probe_times(backend, contexts: tuple[int, ...] = PROBE_CONTEXTS, seconds: fl
     contexts, executed back to back for ``seconds`` (at least once). Its requests have ids no
     workload uses, so it may run between a validation's policies."""
     from simbatch.backends.torch_backend import PROBE_RID
-    from simbatch.plan import StepPlan
+    from simbatch.core.plan import StepPlan
 
     ids = [PROBE_RID + i for i in range(len(contexts))]
     plan = StepPlan(ids, [1] * len(ids), list(contexts))

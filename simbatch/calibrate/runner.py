@@ -35,8 +35,8 @@ from simbatch.calibrate.timing import Timer
 from simbatch.calibrate.verdict import check_overwrite
 from simbatch.sweep.progress import StatusLine, format_duration
 from simbatch.errors import SimbatchError
-from simbatch.models import ModelSpec
-from simbatch.profiles import FORMAT, Profile, check_destination, write_profile
+from simbatch.catalog.models import ModelSpec
+from simbatch.catalog.profiles import FORMAT, Profile, check_destination, write_profile
 
 PROFILES_DIR = Path("calibration") / "profiles"
 # Per-layer weights above which a CPU calibration takes long enough to warn about
@@ -167,7 +167,7 @@ def speed_probe_row(backend) -> dict:
     (:mod:`simbatch.calibrate.probe`), so that a validation can say how much faster or slower
     the machine runs than when this profile was measured."""
     from simbatch.calibrate.timing import summarize
-    from simbatch.profiles import measurement_row
+    from simbatch.catalog.profiles import measurement_row
     from simbatch.calibrate.probe import PROBE_S, probe_contexts, probe_times
 
     contexts = probe_contexts(backend.spec.max_context)

@@ -71,7 +71,7 @@ def check_overwrite(new_profile, out: Path, force: bool) -> None:
     ``force``: a busy machine's calibration would otherwise silently undo a good one."""
     if force or not (Path(out) / "profile.yaml").is_file():
         return
-    from simbatch.profiles import read_profile
+    from simbatch.catalog.profiles import read_profile
 
     try:
         new = step_errors(new_profile)

@@ -20,7 +20,7 @@ import numpy as np
 
 from simbatch.capacity.slo import SLOSpec, flat_metrics
 from simbatch.errors import SimbatchError
-from simbatch.scenario import Scenario, from_dict
+from simbatch.scenario.spec import Scenario, from_dict
 
 MIDDLE_TRIM = 0.1  # the keep-up check looks at the middle 80 % of requests (see middle_rates)
 

@@ -58,9 +58,9 @@ from simbatch.capacity.search import (
 )
 from simbatch.capacity.slo import SLOSpec, Verdict, judge
 from simbatch.errors import SimbatchError
-from simbatch.executors import Executor, InlineExecutor
+from simbatch.runs.executors import Executor, InlineExecutor
 from simbatch.report.table import fmt_duration, fmt_num
-from simbatch.scenario import Scenario
+from simbatch.scenario.spec import Scenario
 
 Log = Callable[[str], None]
 # Halving the rate must improve a failing latency by this much (relative) to be worth going on.
@@ -481,8 +481,8 @@ def check_candidates(scenario: Scenario, candidates: list[Candidate], workloads:
 
 def _gpu_name(scenario: Scenario, c: Candidate) -> str:
     """The GPU candidate ``c`` runs on; an unknown GPU or model name is an error naming its flag."""
-    from simbatch.hardware import get_gpu
-    from simbatch.models import get_model
+    from simbatch.catalog.hardware import get_gpu
+    from simbatch.catalog.models import get_model
 
     if c.model:
         get_model(c.model, "--model")

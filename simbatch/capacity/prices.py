@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from simbatch.errors import SimbatchError
-from simbatch.yamlio import load_yaml
+from simbatch.files.yamlio import load_yaml
 
 GPU_HOUR_USD: dict[str, float] = {
     "a100-40gb": 1.48,  # Lambda, 1x A100 40GB SXM

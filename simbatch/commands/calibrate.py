@@ -3,7 +3,7 @@
 ``simbatch calibrate --report DIR`` prints the fit report of an existing
 profile without measuring (and without torch). ``simbatch calibrate
 --from-log LOG... --scenario SCENARIO [--check LOG...]`` fits the scenario's
-serving-engine overhead (:mod:`simbatch.engines`) on measured runs instead,
+serving-engine overhead (:mod:`simbatch.catalog.servers`) on measured runs instead,
 without torch, and reports the error on the ``--check`` logs it did not see.
 """
 
@@ -64,7 +64,7 @@ def run(args) -> None:
 
         raise SimbatchError(flag, "only with --from-log LOG")
     from simbatch.calibrate import require_torch
-    from simbatch.models import get_model
+    from simbatch.catalog.models import get_model
 
     require_torch("calibrate")
     from simbatch.calibrate.runner import calibrate
@@ -80,7 +80,7 @@ def run(args) -> None:
 def report(path: Path) -> str:
     """The fit report of the profile in ``path`` (written beside it), else its raw summary."""
     from simbatch.errors import SimbatchError
-    from simbatch.profiles import read_profile
+    from simbatch.catalog.profiles import read_profile
     from simbatch.report.outputs import atomic_write
 
     profile = read_profile(path)  # checks the folder: bad files stop here with one line

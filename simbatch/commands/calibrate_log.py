@@ -12,9 +12,9 @@ def run_from_log(args) -> None:
     """Fit the terms on ``args.from_log``, print them as an ``engine:`` section, then the
     error per log (fitted and held out), and write ``engine.yaml`` under ``--out``."""
     from simbatch.commands.logs import read_logs
-    from simbatch.engines import FITTED_TERMS
+    from simbatch.catalog.servers import FITTED_TERMS
     from simbatch.measured.fit_engine import fit_engine
-    from simbatch.scenario import load_scenario
+    from simbatch.scenario.spec import load_scenario
 
     if args.scenario is None:
         raise SimbatchError("--from-log", "needs --scenario SCENARIO (the scenario that mirrors the server)")
@@ -64,7 +64,7 @@ def print_unmeasured(runs, scenario) -> None:
 
 def _check_out(out: Path | None) -> Path | None:
     """``--out`` names the engine YAML file; checked before any simulation."""
-    from simbatch.outpaths import check_out_file
+    from simbatch.files.outpaths import check_out_file
 
     return None if out is None else check_out_file(out, "engine.yaml")
 

@@ -155,8 +155,8 @@ def _policies(text: str) -> list[str]:
 
 def _names(text: str | None, flag: str, what: str) -> list[str] | None:
     """Preset names, checked now (before any run); None when the flag is absent."""
-    from simbatch.hardware import get_gpu
-    from simbatch.models import get_model
+    from simbatch.catalog.hardware import get_gpu
+    from simbatch.catalog.models import get_model
 
     names = list(dict.fromkeys(comma_list(text, flag) or []))
     get = get_gpu if what == "hardware" else get_model

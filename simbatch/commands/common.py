@@ -42,10 +42,10 @@ def check_format(args) -> None:
 def load(args):
     """The scenario named by ``args.scenario`` with ``args.overrides`` applied; ``args.out``
     (where a command has one) is checked first, so a bad output folder fails before any work."""
-    from simbatch.scenario import load_scenario
+    from simbatch.scenario.spec import load_scenario
 
     if getattr(args, "out", None) is not None:
-        from simbatch.outpaths import check_out_dir
+        from simbatch.files.outpaths import check_out_dir
 
         # kind: a run may not replace a comparison's folder, nor a comparison a run's (outpaths.refusal)
         check_out_dir(args.out, whole=getattr(args, "whole_out", True), kind=getattr(args, "command", None))
@@ -58,10 +58,10 @@ def load(args):
 
 
 def print_notes(messages: list[str], prefix: str = "note") -> None:
-    """A run's remarks on stderr, one line per kind (:func:`simbatch.notes.summarise_notes`: a
+    """A run's remarks on stderr, one line per kind (:func:`simbatch.commands.notes.summarise_notes`: a
     kind seen often is counted, with its first and last time and typical figures), at most
     ``MAX_NOTES`` kinds, then how many more kinds run.log holds."""
-    from simbatch.notes import summarise_notes
+    from simbatch.commands.notes import summarise_notes
 
     kinds = summarise_notes(messages)
     for count, line in kinds[:MAX_NOTES]:
@@ -87,8 +87,8 @@ def comma_list(text: str | None, flag: str) -> list[str] | None:
 
 
 def check_jobs(jobs: int | None) -> None:
-    """``--jobs`` is a positive count of workers when given (:func:`simbatch.executors.check_jobs`)."""
-    from simbatch.executors import check_jobs as check
+    """``--jobs`` is a positive count of workers when given (:func:`simbatch.runs.executors.check_jobs`)."""
+    from simbatch.runs.executors import check_jobs as check
 
     check(jobs, "--jobs")
 
@@ -105,7 +105,7 @@ def add_executor_arguments(p: argparse.ArgumentParser) -> None:
 def make_args_executor(args):
     """The executor ``add_executor_arguments`` options ask for; contradictions are user errors."""
     from simbatch.errors import SimbatchError
-    from simbatch.executors import make_executor
+    from simbatch.runs.executors import make_executor
 
     if args.dask is not None and args.executor not in (None, "dask"):
         raise SimbatchError("--dask", f"needs --executor dask, not --executor {args.executor}")

@@ -11,7 +11,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> None:
-    from simbatch.bundled import bundled_dir, describe_bundled
+    from simbatch.files.bundled import bundled_dir, describe_bundled
 
     rows = describe_bundled()
     if not rows:

@@ -97,7 +97,7 @@ def _option_value(key: str, value: str, where: str):
 def numbers_file(path: Path, where: str) -> list[float | int]:
     """The numbers in a text file, in order: one a line, or several separated by commas or
     spaces; blank lines and ``#`` comments skipped. Whole numbers stay ints (the readers check)."""
-    from simbatch.textfile import read_text
+    from simbatch.files.textfile import read_text
 
     try:
         text = read_text(path, "numbers file")

@@ -36,7 +36,7 @@ def note(message: str) -> None:
 
 def default_folder(scenario) -> Path:
     """``runs/<name>-sweep``, checked as ``--out`` is (before any run): a sweep folder grows."""
-    from simbatch.outpaths import check_out_dir
+    from simbatch.files.outpaths import check_out_dir
 
     return check_out_dir(Path("runs") / f"{scenario.name}-sweep", "the sweep folder", whole=False)
 

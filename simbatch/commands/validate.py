@@ -101,7 +101,7 @@ def report_validation(args, scenario, result) -> None:
 def run_against(args) -> None:
     """The measured mode: every check (options, output folder, columns, logs) before any simulation."""
     from simbatch.errors import SimbatchError
-    from simbatch.outpaths import check_out_dir
+    from simbatch.files.outpaths import check_out_dir
     from simbatch.validation.against import validate_runs
     from simbatch.validation.against_report import by_rate, format_against_table, write_against
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simbatch.errors import SimbatchError
-from simbatch.params import parse_params, require
+from simbatch.core.params import parse_params, require
 
 KINDS = ("slo", "adaptive_delay")
 # What each controller turns, per policy kind (the knob keeps the policy's own name).

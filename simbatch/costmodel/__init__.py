@@ -25,8 +25,8 @@ from pathlib import Path
 from simbatch.costmodel.base import CostModel, StepCost
 from simbatch.costmodel.roofline import RooflineCostModel, check_params, check_tensor_parallel
 from simbatch.errors import SimbatchError
-from simbatch.hardware import GPUSpec, get_gpu
-from simbatch.models import ModelSpec, get_model
+from simbatch.catalog.hardware import GPUSpec, get_gpu
+from simbatch.catalog.models import ModelSpec, get_model
 
 __all__ = ["CostModel", "StepCost", "RooflineCostModel", "build_cost_model", "COST_MODEL_KINDS"]
 
@@ -45,7 +45,7 @@ def build_cost_model(spec: dict | str | None, model: ModelSpec | str | dict,
     ``spec`` may also be just the kind's name, or None / a dict without
     ``kind`` for the default (auto). ``base_dir`` resolves a relative
     profile ``path`` (the scenario file's folder). ``overhead``: the serving
-    engine's step-overhead parameters (:meth:`simbatch.engines.EngineParams.
+    engine's step-overhead parameters (:meth:`simbatch.catalog.servers.EngineParams.
     overhead_params`), which then replace the cost model's own; setting them in
     both places is an error naming ``engine_where``. Errors name ``where`` and
     the field. ``pipeline``: (stages, micro-batches, schedule, link between stages or None for
@@ -147,7 +147,7 @@ def _profile_dir(value, base_dir: str | Path | None, where: str) -> Path:
 
 def _read(path: Path, where: str):
     """``read_profile`` with its errors as one-line SimbatchErrors naming the field."""
-    from simbatch.profiles import read_profile
+    from simbatch.catalog.profiles import read_profile
 
     try:
         return read_profile(path)

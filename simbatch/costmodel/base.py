@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Protocol
 
-from simbatch.plan import StepPlan
+from simbatch.core.plan import StepPlan
 
 
 class _Record(tuple):

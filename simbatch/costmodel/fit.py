@@ -269,7 +269,7 @@ def format_fit_report(df: pd.DataFrame) -> str:
 
 def save_fit_report(path: str | Path) -> pd.DataFrame:
     """Cross-validate the profile in folder ``path`` and write ``fit_report.csv`` there."""
-    from simbatch.profiles import read_profile
+    from simbatch.catalog.profiles import read_profile
 
     df = fit_report(read_profile(path))
     df.to_csv(Path(path) / "fit_report.csv", index=False)

@@ -37,8 +37,8 @@ from dataclasses import replace
 from simbatch.costmodel.base import AttnWork, StepCost, StepWork
 from simbatch.costmodel.roofline import PricedByWork, RooflineCostModel
 from simbatch.errors import SimbatchError
-from simbatch.hardware import GPUSpec
-from simbatch.models import ModelSpec
+from simbatch.catalog.hardware import GPUSpec
+from simbatch.catalog.models import ModelSpec
 
 SCHEDULES = ("overlap", "drain", "round_robin")
 
@@ -83,7 +83,7 @@ class PipelineCostModel(PricedByWork):
                                          tensor_parallel, **kernels_only) for s, n in enumerate(self.layers)]
         # Activations handed to the next stage: hidden states and the residual per token, each
         # GPU of the stage sending its 1/tp slice to its peer over its own link (``link``: a
-        # simbatch.links.Link, e.g. InfiniBand between nodes; None: the GPU's own).
+        # simbatch.catalog.links.Link, e.g. InfiniBand between nodes; None: the GPU's own).
         per_tok = 2 * model.hidden_size * model.dtype_bytes / tensor_parallel
         if link is None:
             self._send_tok = per_tok / (gpu.link_bandwidth * self.whole.params["allreduce_eff"])

@@ -46,9 +46,9 @@ from simbatch.costmodel.roofline import (
     check_tensor_parallel,
     plan_work,
 )
-from simbatch.hardware import GPUSpec, get_gpu
-from simbatch.models import ModelSpec, get_model
-from simbatch.plan import StepPlan
+from simbatch.catalog.hardware import GPUSpec, get_gpu
+from simbatch.catalog.models import ModelSpec, get_model
+from simbatch.core.plan import StepPlan
 
 # The roofline's counting (plan_work, counts, attn_seconds) is reused on purpose: its
 # counting of tokens, pairs, KV reads, FLOPs and bytes stays the one definition.
@@ -90,7 +90,7 @@ class ProfileCostModel(PricedByWork):
         self.source, self.path = source, path
         self.fitted = fitted
         self.fallback_efficiency = dict(fallback_efficiency)
-        engine = overhead  # a serving engine's overhead (simbatch.engines) wins over the profile's
+        engine = overhead  # a serving engine's overhead (simbatch.catalog.servers) wins over the profile's
         overhead = {k: DEFAULT_PARAMS[k] for k in OVERHEAD_PARAMS}
         overhead.update(fitted.overhead or {})
         overhead.update(engine or {})

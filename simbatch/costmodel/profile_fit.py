@@ -41,9 +41,9 @@ from simbatch.costmodel.profile import (
 )
 from simbatch.costmodel.roofline import DEFAULT_PARAMS, RooflineCostModel, check_tensor_parallel
 from simbatch.errors import SimbatchError
-from simbatch.hardware import GPUSpec, get_gpu
-from simbatch.models import ModelSpec, get_model
-from simbatch.plan import StepPlan
+from simbatch.catalog.hardware import GPUSpec, get_gpu
+from simbatch.catalog.models import ModelSpec, get_model
+from simbatch.core.plan import StepPlan
 
 # A calibration plan whose fitted error exceeds both of these (relative; x the median error) is
 # left out of the refit: on a shared CPU another process can stall a whole plan's repeats.
@@ -63,7 +63,7 @@ def fit_profile_model(profile, model: ModelSpec | str | dict, gpu: GPUSpec | str
                       tensor_parallel: int = 1, *, path: str | None = None, where: str = "cost_model",
                       overhead: dict | None = None) -> ProfileCostModel:
     """The :class:`ProfileCostModel` of ``profile`` for ``model`` on ``gpu`` (module docstring);
-    ``overhead``: a serving engine's per-step terms (simbatch.engines), which win over the
+    ``overhead``: a serving engine's per-step terms (simbatch.catalog.servers), which win over the
     profile's. A profile for other shapes, another TP degree, or without the GEMMs is a
     one-line error at ``where``."""
     model, gpu = get_model(model, "model"), get_gpu(gpu, "gpu")

@@ -38,8 +38,8 @@ import dataclasses
 
 from simbatch.costmodel.fit import TokenCurve
 from simbatch.costmodel.routing import ExpertLoad
-from simbatch.hardware import GPUSpec
-from simbatch.models import ModelSpec
+from simbatch.catalog.hardware import GPUSpec
+from simbatch.catalog.models import ModelSpec
 
 # The dense model a profile for a mixture of experts measured: these fields off.
 _MOE_OFF = {"num_experts": 0, "experts_per_token": 0, "moe_intermediate_size": 0,

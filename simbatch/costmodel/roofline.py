@@ -24,9 +24,9 @@ import numpy as np
 from simbatch.costmodel.base import NO_ATTN, AttnWork, StepCost, StepWork
 from simbatch.costmodel.routing import ExpertLoad
 from simbatch.errors import SimbatchError
-from simbatch.hardware import GPUSpec, get_gpu
-from simbatch.models import ModelSpec, get_model
-from simbatch.plan import StepPlan
+from simbatch.catalog.hardware import GPUSpec, get_gpu
+from simbatch.catalog.models import ModelSpec, get_model
+from simbatch.core.plan import StepPlan
 
 DEFAULT_PARAMS: dict[str, float] = {
     # Linear layers, FITTED (least squares on log time, all TP1 rows up to 4096
@@ -78,14 +78,14 @@ DEFAULT_PARAMS: dict[str, float] = {
     "step_overhead_s": 1e-3,
     "per_seq_overhead_s": 0.0,
     # Engine CPU time per token of the step (building per-token input lists, as
-    # vLLM v0 did in Python); a serving engine's preset sets it (simbatch.engines).
+    # vLLM v0 did in Python); a serving engine's preset sets it (simbatch.catalog.servers).
     "per_token_overhead_s": 0.0,
     # The least time a step's kernels take: the CPU's time to issue them. An eager engine
     # (PyTorch without CUDA graphs, a Python call per layer and operator) launches kernels
     # asynchronously, so the GPU waits for the CPU only while its kernels are shorter than
     # that: a step costs max(kernels, launch_floor_s) + overhead, the difference shown as
     # "launch_wait". 0 (the default): not modelled (CUDA graphs, or kernels that always take
-    # longer). A serving engine's preset sets it (simbatch.engines: sarathi-serve).
+    # longer). A serving engine's preset sets it (simbatch.catalog.servers: sarathi-serve).
     "launch_floor_s": 0.0,
 }
 _EFFICIENCIES = ("compute_eff", "bw_eff", "attn_compute_eff", "attn_bw_eff", "allreduce_eff")

@@ -1,7 +1,7 @@
 """The price of a speculative step: the target's verify pass plus the drafter's passes.
 
 A decode slot that computes ``n > 1`` tokens verifies its last token and
-``n - 1`` drafts (:mod:`simbatch.speculative`); the target cost model prices
+``n - 1`` drafts (:mod:`simbatch.scenario.speculative`); the target cost model prices
 that slot as it prices any slot of ``n`` query tokens over its context (the
 attention scores every draft, the LM head computes logits for every draft).
 Before it, the proposer ran: ``max(n) - 1`` passes of the drafter, pass ``j``
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from simbatch.costmodel.base import StepCost
 from simbatch.costmodel.roofline import RooflineCostModel
-from simbatch.plan import StepPlan
+from simbatch.core.plan import StepPlan
 
 
 class SpeculativeCostModel:

@@ -23,8 +23,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 
-from simbatch.eventlog import EventLog
-from simbatch.sequence import Sequence
+from simbatch.core.eventlog import EventLog
+from simbatch.core.sequence import Sequence
 
 
 class DecodeGroup:

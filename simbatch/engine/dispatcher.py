@@ -5,9 +5,9 @@ from __future__ import annotations
 import simpy
 
 from simbatch.policies.routers import RoundRobinRouter, Router
-from simbatch.eventlog import EventLog
-from simbatch.prefix_cache import prefix_labels
-from simbatch.sequence import Sequence
+from simbatch.core.eventlog import EventLog
+from simbatch.core.prefix_cache import prefix_labels
+from simbatch.core.sequence import Sequence
 from simbatch.workload import Workload
 
 NO_LIMIT = float("inf")
@@ -45,7 +45,7 @@ def dispatch(env: simpy.Environment, workload: Workload, replicas: list, seqs: l
     """SimPy process: one event per arrival. The router picks among the replicas that can
     serve the request; a request none can serve is rejected (vLLM rejects prompts longer
     than ``max_model_len`` the same way). A request reaches the scheduler ``request_s``
-    after the client sent it (the serving engine's front end, :mod:`simbatch.engines`);
+    after the client sent it (the serving engine's front end, :mod:`simbatch.catalog.servers`);
     its latencies still count from the send."""
     router = router or RoundRobinRouter(replicas)
     arrival = workload.arrival_s.tolist()

@@ -27,7 +27,7 @@ from operator import itemgetter
 
 import numpy as np
 
-from simbatch.sequence import FINISHED
+from simbatch.core.sequence import FINISHED
 
 first = itemgetter(0)  # a (request, tokens) pair's request
 

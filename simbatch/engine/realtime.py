@@ -22,7 +22,7 @@ import simpy.rt
 
 from simbatch.engine.setup import RunResult
 from simbatch.engine.simulation import run_cluster
-from simbatch.scenario import Scenario
+from simbatch.scenario.spec import Scenario
 from simbatch.workload import Workload
 
 

@@ -16,10 +16,10 @@ from simbatch.control import control_tick
 from simbatch.costmodel.base import CostModel
 from simbatch.engine.decode_group import DecodeGroup
 from simbatch.engine.fast_forward import mixed_run, padded_run
-from simbatch.eventlog import EventLog
-from simbatch.plan import StepPlan
+from simbatch.core.eventlog import EventLog
+from simbatch.core.plan import StepPlan
 from simbatch.policies.base import Policy
-from simbatch.sequence import FINISHED, Sequence
+from simbatch.core.sequence import FINISHED, Sequence
 
 
 class Replica:
@@ -28,7 +28,7 @@ class Replica:
     # Work the replica's own loop does between steps, blocking them: a disaggregated decode
     # replica's PullInbox (transfer: pull). None: nothing.
     inbox = None
-    # Which drafts a verify step keeps (simbatch.speculative.Acceptance); None: no speculation.
+    # Which drafts a verify step keeps (simbatch.scenario.speculative.Acceptance); None: no speculation.
     speculation = None
     # True when DecodeGroup.run returned because steady_decode() said False at the current
     # step boundary (Replica.run then skips asking it again).

@@ -12,16 +12,16 @@ from simbatch.costmodel.pipeline import largest_stage_share
 from simbatch.costmodel.roofline import check_tensor_parallel, linear_rate
 from simbatch.engine.replica import Replica
 from simbatch.errors import SimbatchError
-from simbatch.eventlog import EventLog
-from simbatch.hardware import GPUSpec, get_gpu
-from simbatch.kv_budget import KVBudget, size_budget
-from simbatch.kvcache import reserved_tokens
-from simbatch.links import get_link
-from simbatch.models import ModelSpec
-from simbatch.scenario import Scenario
-from simbatch.sequence import FINISHED, Sequence
-from simbatch.speculative import describe as describe_speculative
-from simbatch.speculative import drafter_memory
+from simbatch.core.eventlog import EventLog
+from simbatch.catalog.hardware import GPUSpec, get_gpu
+from simbatch.catalog.kv_budget import KVBudget, size_budget
+from simbatch.core.kvcache import reserved_tokens
+from simbatch.catalog.links import get_link
+from simbatch.catalog.models import ModelSpec
+from simbatch.scenario.spec import Scenario
+from simbatch.core.sequence import FINISHED, Sequence
+from simbatch.scenario.speculative import describe as describe_speculative
+from simbatch.scenario.speculative import drafter_memory
 from simbatch.workload import Workload
 
 
@@ -38,7 +38,7 @@ class ReplicaGroupSetup:
     policy_params: object
     kv_blocks: int
     pipeline_parallel: int = 1
-    kv_budget: KVBudget | None = None  # how one GPU of a replica splits its memory (simbatch.kv_budget)
+    kv_budget: KVBudget | None = None  # how one GPU of a replica splits its memory (simbatch.catalog.kv_budget)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -110,7 +110,7 @@ def kv_budget_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
     """How one replica's GPU splits its memory (TP degree and pipeline stages: the cluster's
     unless given) running a policy with ``policy_params`` (the scenario's policy's unless
     given: the engine's start-up profiling pass depends on it), and the KV pool that results
-    (:mod:`simbatch.kv_budget`; ``kv_cache.num_gpu_blocks`` replaces the rule's blocks)."""
+    (:mod:`simbatch.catalog.kv_budget`; ``kv_cache.num_gpu_blocks`` replaces the rule's blocks)."""
     kv = scenario.kv_cache
     tp = tensor_parallel or scenario.cluster.tensor_parallel
     stages = pipeline_parallel or scenario.cluster.pipeline_parallel

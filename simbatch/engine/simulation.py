@@ -22,12 +22,12 @@ from simbatch.engine.setup import (
     group_field,
     speculative_backend,
 )
-from simbatch.eventlog import EventLog
-from simbatch.models import ModelSpec
-from simbatch.prefix_cache import build_kv_cache
-from simbatch.scenario import Scenario
-from simbatch.sequence import Sequence
-from simbatch.speculative import Acceptance
+from simbatch.core.eventlog import EventLog
+from simbatch.catalog.models import ModelSpec
+from simbatch.core.prefix_cache import build_kv_cache
+from simbatch.scenario.spec import Scenario
+from simbatch.core.sequence import Sequence
+from simbatch.scenario.speculative import Acceptance
 from simbatch.workload import Workload
 from simbatch.workload.size import check_fits_in_memory
 

@@ -1,6 +1,6 @@
 """Fit a serving engine's overhead terms on measured runs (``simbatch calibrate --from-log``).
 
-The terms of :mod:`simbatch.engines` (``step_s``, ``per_seq_s``,
+The terms of :mod:`simbatch.catalog.servers` (``step_s``, ``per_seq_s``,
 ``per_token_s``, ``request_s``) are not visible in a per-request log one by
 one, so they are fitted through the simulator itself: each candidate set is
 simulated on every fitting log's exact workload and scored by the squared log
@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simbatch.engines import FITTED_TERMS
+from simbatch.catalog.servers import FITTED_TERMS
 from simbatch.measured.replay import replay_scenario
 from simbatch.measured.run import MeasuredRun
 from simbatch.metrics.table_metrics import side_values
-from simbatch.scenario import Scenario
+from simbatch.scenario.spec import Scenario
 
 METRICS = ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90")
 # An attainment this far off weighs as much as a latency off by LATENCY_TOLERANCE.

@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 
 from simbatch.errors import SimbatchError
-from simbatch.horizon import MAX_TIME_S
+from simbatch.core.horizon import MAX_TIME_S
 from simbatch.measured.run import MeasuredRun
-from simbatch.textfile import read_text, regular_file
+from simbatch.files.textfile import read_text, regular_file
 from simbatch.workload.readers import MAX_COUNT
 
 Fail = Callable[[int, str], None]  # fail(entry index, cause): raises
@@ -42,7 +42,7 @@ def _seconds(t, name: str, per_second: float, minimum: float | None) -> np.ndarr
 
 # --- shared: files --------------------------------------------------------------
 
-# Files are opened by the one loader of user files (simbatch.textfile): the same messages as
+# Files are opened by the one loader of user files (simbatch.files.textfile): the same messages as
 # for scenarios and traces.
 def _existing(path: str | Path) -> Path:
     return regular_file(path, "log file")

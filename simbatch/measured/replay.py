@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 from simbatch.measured.run import MeasuredRun
-from simbatch.scenario import Scenario, from_dict
+from simbatch.scenario.spec import Scenario, from_dict
 
 
 def replay_scenario(scenario: Scenario, measured: MeasuredRun, engine: dict | None = None) -> Scenario:

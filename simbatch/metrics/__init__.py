@@ -1,4 +1,4 @@
-"""Metrics computed from an :class:`~simbatch.eventlog.EventLog` after a run (see docs/metrics.md).
+"""Metrics computed from an :class:`~simbatch.core.eventlog.EventLog` after a run (see docs/metrics.md).
 
 Tables are computed as named numpy columns (:func:`request_columns`, :func:`step_columns`);
 :func:`request_table` and :func:`steps_table` give the same as pandas DataFrames.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simbatch.eventlog import EventLog
+from simbatch.core.eventlog import EventLog
 from simbatch.metrics.columns import Columns, group_order, to_frame
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simbatch.errors import SimbatchError
-from simbatch.params import parse_params
+from simbatch.core.params import parse_params
 from simbatch.policies.base import Policy
 from simbatch.policies.registry import POLICIES, load_policy_file, register_policy
 

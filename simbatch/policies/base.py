@@ -13,9 +13,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import ClassVar
 
-from simbatch.kvcache import KVCache
-from simbatch.plan import StepPlan
-from simbatch.sequence import Sequence
+from simbatch.core.kvcache import KVCache
+from simbatch.core.plan import StepPlan
+from simbatch.core.sequence import Sequence
 
 
 class Policy:

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simbatch.params import require
-from simbatch.plan import StepPlan
+from simbatch.core.params import require
+from simbatch.core.plan import StepPlan
 from simbatch.policies.iteration import IterationParams, IterationPolicy
-from simbatch.sequence import RUNNING, Sequence
+from simbatch.core.sequence import RUNNING, Sequence
 
 DEFAULT_BUDGET = 2048  # vLLM v1's API-server max_num_batched_tokens on A100-class GPUs
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simbatch.params import require
-from simbatch.plan import StepPlan
+from simbatch.core.params import require
+from simbatch.core.plan import StepPlan
 from simbatch.policies.iteration import IterationParams, IterationPolicy
-from simbatch.sequence import RUNNING, Sequence
+from simbatch.core.sequence import RUNNING, Sequence
 
 DEFAULT_MIN_BUDGET = 2048  # vLLM V0: "If max_model_len is too short, use 2048 as the default value"
 

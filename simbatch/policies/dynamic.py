@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import islice
 
-from simbatch.params import require
+from simbatch.core.params import require
 from simbatch.policies.padded_batch import BatchPolicy
-from simbatch.sequence import Sequence
+from simbatch.core.sequence import Sequence
 
 
 @dataclass(frozen=True)

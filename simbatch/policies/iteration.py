@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from simbatch.params import require
-from simbatch.plan import StepPlan
+from simbatch.core.params import require
+from simbatch.core.plan import StepPlan
 from simbatch.policies.base import Policy
 from simbatch.policies.queue_order import QueueOrder, check_queue_params
-from simbatch.sequence import FINISHED, RUNNING, Sequence
+from simbatch.core.sequence import FINISHED, RUNNING, Sequence
 
 
 @dataclass(frozen=True)

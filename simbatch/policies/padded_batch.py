@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from itertools import islice
 
-from simbatch.plan import StepPlan
+from simbatch.core.plan import StepPlan
 from simbatch.policies.base import Policy
-from simbatch.sequence import FINISHED, RUNNING, Sequence
+from simbatch.core.sequence import FINISHED, RUNNING, Sequence
 
 
 class PaddedBatch:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import deque
 
-from simbatch.params import require
+from simbatch.core.params import require
 
 QUEUE_ORDERS = ("fcfs", "spf", "sjf", "lpm", "priority")
 

@@ -19,9 +19,9 @@ complete output.
 A folder is replaced only if simbatch wrote it (it holds :data:`MARKER`, or
 an output of a simbatch release that predates the marker) as the output of the
 same command (a run folder by a run, a comparison by a comparison:
-:data:`simbatch.outpaths.OUTPUT_KINDS`), or it is empty: a folder of the user's
+:data:`simbatch.files.outpaths.OUTPUT_KINDS`), or it is empty: a folder of the user's
 own files, or another command's output, is refused (:func:`refusal`; the CLI
-checks this before any work, :func:`simbatch.outpaths.check_out_dir`).
+checks this before any work, :func:`simbatch.files.outpaths.check_out_dir`).
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simbatch.errors import SimbatchError
-# The marker and what may be replaced live with the output checks (simbatch.outpaths); names of this module too.
-from simbatch.outpaths import KNOWN_OUTPUTS, MARKER, check_path_name, output_kind, refusal, replaceable  # noqa: F401
+# The marker and what may be replaced live with the output checks (simbatch.files.outpaths); names of this module too.
+from simbatch.files.outpaths import KNOWN_OUTPUTS, MARKER, check_path_name, output_kind, refusal, replaceable  # noqa: F401
 from simbatch.report.csv_table import write_csv as _write_csv  # tests replace it here
 from simbatch.report.parquet_table import has_pyarrow, require_pyarrow
 from simbatch.report.parquet_table import write_parquet as _write_parquet  # (pyarrow only when called)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simbatch.outpaths import check_out_file
+from simbatch.files.outpaths import check_out_file
 from simbatch.report.outputs import atomic_write, json_safe
 
 DEFAULT_MAX_STEPS = 200_000

@@ -49,11 +49,11 @@ import pandas as pd
 from simbatch.errors import SimbatchError
 from simbatch.measured.replay import replay_scenario
 from simbatch.measured.run import MeasuredRun
-from simbatch.runs import RunOutput
-from simbatch.runs import run as simulate_run
+from simbatch.runs.one import RunOutput
+from simbatch.runs.one import run as simulate_run
 # One definition of the compared values for both sides (and for the engine fit).
 from simbatch.metrics.table_metrics import LATENCIES, inflight_tokens, side_values
-from simbatch.scenario import Scenario
+from simbatch.scenario.spec import Scenario
 from simbatch.validation.compare import signed_error
 
 METRICS = tuple(f"{name}_{p}_ms" for name, _, ps in LATENCIES for p in ps) + ("throughput",)
@@ -159,7 +159,7 @@ def log_speeds(scenario: Scenario, runs: list[MeasuredRun]) -> list[float | None
 def validate_run(scenario: Scenario, run: MeasuredRun, label: str, name: str) -> LogValidation:
     """One log: simulate its workload under ``scenario``, pair the requests, compute the errors."""
     try:
-        predicted = simulate_run(replay_scenario(scenario, run))  # simbatch.runs.run
+        predicted = simulate_run(replay_scenario(scenario, run))  # simbatch.runs.one.run
     except SimbatchError as exc:
         raise SimbatchError(label, f"the scenario cannot replay this log: {exc}") from None
     measured = run.requests()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simbatch.outpaths import check_out_dir
+from simbatch.files.outpaths import check_out_dir
 from simbatch.report.figures_latency import ecdf
 from simbatch.report.outputs import json_safe, write_files
 from simbatch.report.table import render

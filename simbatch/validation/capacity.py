@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from simbatch.engine.setup import kv_blocks_per_replica
 from simbatch.errors import SimbatchError
-from simbatch.hardware import GPUSpec
-from simbatch.models import ModelSpec
-from simbatch.scenario import Scenario
+from simbatch.catalog.hardware import GPUSpec
+from simbatch.catalog.models import ModelSpec
+from simbatch.scenario.spec import Scenario
 from simbatch.workload import Workload
 
 CPU_MEMORY_SHARE = 0.5

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from simbatch.plan import StepPlan
+from simbatch.core.plan import StepPlan
 
 KINDS = ("prefill_heavy", "decode_only", "mixed")
 LATENCIES = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("e2el", "e2el_ms"))

@@ -2,7 +2,7 @@
 
 A profile applies when it was measured for this model's shapes, in the
 backend's dtype, on this machine: the identity fields of
-:mod:`simbatch.machine` (CPU model and cores, instruction-set extensions,
+:mod:`simbatch.catalog.machine` (CPU model and cores, instruction-set extensions,
 torch threads and version; on a GPU its name, memory, compute capability and
 CUDA version) must agree with the backend's. :func:`find_profile` looks for
 ``calibration/profiles/<device>-<model>-<dtype>-tp1`` (``simbatch calibrate``'s
@@ -23,10 +23,10 @@ from pathlib import Path
 
 from simbatch.costmodel import build_cost_model
 from simbatch.errors import SimbatchError
-from simbatch.hardware import GPUSpec
-from simbatch.machine import difference, machine_differences, machine_notes
-from simbatch.models import ModelSpec
-from simbatch.profiles import read_profile
+from simbatch.catalog.hardware import GPUSpec
+from simbatch.catalog.machine import difference, machine_differences, machine_notes
+from simbatch.catalog.models import ModelSpec
+from simbatch.catalog.profiles import read_profile
 
 SCRATCH_PREFIX = "simbatch-validate-"  # the temporary folder of a profile calibrated for a validation
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from simbatch.engine.setup import check_requests_fit
 from simbatch.errors import SimbatchError
-from simbatch.hardware import GPUSpec
-from simbatch.models import ModelSpec
-from simbatch.scenario import Scenario
+from simbatch.catalog.hardware import GPUSpec
+from simbatch.catalog.models import ModelSpec
+from simbatch.scenario.spec import Scenario
 from simbatch.validation.capacity import validation_blocks
 from simbatch.workload import Workload
 

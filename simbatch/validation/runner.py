@@ -15,7 +15,7 @@ import pandas as pd
 from simbatch.engine.setup import RunResult
 from simbatch.engine.simulation import run_cluster
 from simbatch.errors import SimbatchError
-from simbatch.scenario import Scenario
+from simbatch.scenario.spec import Scenario
 from simbatch.validation.compare import pair_steps, policy_validation
 from simbatch.validation.noise import REPEATS, machine_speed, noise_floor, noise_stats, over_noise, probe_ms
 
@@ -29,8 +29,8 @@ CPU_THREADS = 1
 class PolicyValidation:
     """One policy's measured run, predicted run, paired steps and errors."""
 
-    measured: object    # simbatch.runs.RunOutput
-    predicted: object   # simbatch.runs.RunOutput
+    measured: object    # simbatch.runs.one.RunOutput
+    predicted: object   # simbatch.runs.one.RunOutput
     pairs: pd.DataFrame
     errors: dict
     wall_s: float
@@ -153,7 +153,7 @@ def validate_policy(scenario: Scenario, workload, backend, cost, noise_repeats: 
 
 def to_output(result: RunResult):
     """A :class:`simbatch.api.RunOutput` (summary and tables) of an engine run."""
-    from simbatch.runs import RunOutput, describe_run
+    from simbatch.runs.one import RunOutput, describe_run
     from simbatch.metrics import request_table, steps_table, summarize
 
     sc = result.scenario
@@ -166,7 +166,7 @@ def to_output(result: RunResult):
 
 def profile_probe_ms(path) -> float | None:
     """The profile's ``speed_probe`` (ms) if it has one (calibrations from this version on)."""
-    from simbatch.profiles import read_profile
+    from simbatch.catalog.profiles import read_profile
 
     m = read_profile(path).measurements
     rows = m[m["op"] == "speed_probe"]

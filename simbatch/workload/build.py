@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from simbatch.errors import SimbatchError
-from simbatch.horizon import MAX_TIME_S  # simulated time's horizon (1e9 s)
+from simbatch.core.horizon import MAX_TIME_S  # simulated time's horizon (1e9 s)
 import simbatch.workload.transforms as transforms
 from simbatch.workload.readers import check_trace_format, read_trace
 from simbatch.workload.tracepath import trace_path

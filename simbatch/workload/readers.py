@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from simbatch.errors import SimbatchError
-from simbatch.textfile import read_text
+from simbatch.files.textfile import read_text
 import simbatch.workload.parse as parse
 from simbatch.workload.request import Workload
 from simbatch.workload.transforms import take
@@ -190,7 +190,7 @@ def unrecognised(p: Path, text: str) -> str:
 # --- loading ---------------------------------------------------------------
 
 def _text(path: str | Path) -> str:
-    """The trace's text, through the one loader of user files (:mod:`simbatch.textfile`)."""
+    """The trace's text, through the one loader of user files (:mod:`simbatch.files.textfile`)."""
     return read_text(path, "trace file")
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from simbatch.errors import SimbatchError
-from simbatch.params import MAX_INTEGER
+from simbatch.core.params import MAX_INTEGER
 from simbatch.workload.request import Workload
 from simbatch.workload.size import check_fits_in_memory
 

@@ -20,7 +20,7 @@ def trace_path(base_dir: Path, trace: str, where: str) -> Path:
     """``trace`` resolved against the scenario's folder ``base_dir``; a file that is not
     there is a one-line error at ``<where>.trace`` saying where it must go and how to give
     another path (``--set <field>.trace=PATH``). Other reasons a file cannot be read are
-    left to the reader (:mod:`simbatch.textfile`)."""
+    left to the reader (:mod:`simbatch.files.textfile`)."""
     path = Path(base_dir) / trace
     if _missing(path):
         raise SimbatchError(f"{where}.trace", missing_trace(path, trace, base_dir, _field(where)))
@@ -58,7 +58,7 @@ def _field(where: str) -> str:
 def _inside_installed_package(base_dir: Path) -> bool:
     """True when ``base_dir`` is the bundled scenarios' folder of an installed package (the
     wheel's copy inside site-packages), not a checkout's ``scenarios/``."""
-    from simbatch.bundled import PACKAGED_SCENARIOS
+    from simbatch.files.bundled import PACKAGED_SCENARIOS
 
     try:
         return Path(base_dir).resolve() == PACKAGED_SCENARIOS

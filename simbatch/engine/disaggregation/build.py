@@ -28,13 +28,13 @@ from simbatch.engine.setup import (
     replica_backend,
 )
 from simbatch.costmodel.pipeline import largest_stage_share
-from simbatch.disaggregation_params import PIPELINE_FIELDS, POOLS
+from simbatch.scenario.disaggregation import PIPELINE_FIELDS, POOLS
 from simbatch.errors import SimbatchError
-from simbatch.eventlog import EventLog
-from simbatch.models import ModelSpec
-from simbatch.prefix_cache import build_kv_cache, prefix_labels
-from simbatch.scenario import Scenario, pool_model
-from simbatch.sequence import Sequence
+from simbatch.core.eventlog import EventLog
+from simbatch.catalog.models import ModelSpec
+from simbatch.core.prefix_cache import build_kv_cache, prefix_labels
+from simbatch.scenario.spec import Scenario, pool_model
+from simbatch.core.sequence import Sequence
 from simbatch.workload import Workload
 from simbatch.workload.size import check_fits_in_memory
 

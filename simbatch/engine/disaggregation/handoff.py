@@ -41,8 +41,8 @@ import math
 from collections import deque
 
 from simbatch.engine.replica import Replica
-from simbatch.kvcache import KVCache
-from simbatch.sequence import FINISHED, Sequence
+from simbatch.core.kvcache import KVCache
+from simbatch.core.sequence import FINISHED, Sequence
 
 
 class PrefillReplica(Replica):

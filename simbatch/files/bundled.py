@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-PACKAGED_SCENARIOS = Path(__file__).resolve().parent / "scenarios"  # a wheel's copy
-SOURCE_SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"  # the source tree's
+PACKAGE = Path(__file__).resolve().parents[1]  # simbatch/ (this module is simbatch/files/bundled.py)
+PACKAGED_SCENARIOS = PACKAGE / "scenarios"  # a wheel's copy
+SOURCE_SCENARIOS = PACKAGE.parent / "scenarios"  # the source tree's
 
 
 def bundled_dir() -> Path | None:
@@ -37,7 +38,8 @@ def checkout_scenarios(start: Path) -> Path | None:
     """The ``scenarios/`` folder of the simbatch checkout at or above ``start``, if any
     (a checkout: ``scenarios/classroom.yaml`` beside the ``simbatch`` package's source)."""
     for folder in (start, *start.parents):
-        if (folder / "scenarios" / "classroom.yaml").is_file() and (folder / "simbatch" / "bundled.py").is_file():
+        source = folder / "simbatch" / "files" / "bundled.py"
+        if (folder / "scenarios" / "classroom.yaml").is_file() and source.is_file():
             return folder / "scenarios"
     return None
 
@@ -83,7 +85,7 @@ def bundled_names() -> list[str]:
 
 def describe_bundled() -> list[tuple[str, str]]:
     """``(name, one-line description)`` of each bundled scenario (its ``description:`` field)."""
-    from simbatch.yamlio import load_yaml
+    from simbatch.files.yamlio import load_yaml
 
     folder = bundled_dir()
     rows = []

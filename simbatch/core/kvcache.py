@@ -1,9 +1,9 @@
 """KV-cache memory: capacity in blocks and the block accounting policies use.
 
-Capacity is sized by :mod:`simbatch.kv_budget`: what is left of
+Capacity is sized by :mod:`simbatch.catalog.kv_budget`: what is left of
 ``gpu_memory_utilization`` x the GPU's memory after the weights and what the
 serving engine holds back (its profiling pass, CUDA graphs, memory outside
-PyTorch; the rule of :mod:`simbatch.engines`), divided by the bytes of one
+PyTorch; the rule of :mod:`simbatch.catalog.servers`), divided by the bytes of one
 block (``block_size`` tokens x KV bytes per token).
 
 Two reservation modes:
@@ -18,7 +18,7 @@ Two reservation modes:
 
 The admission hooks (:meth:`KVCache.match`, :meth:`KVCache.admission_blocks`,
 :meth:`KVCache.claim`, :meth:`KVCache.commit`) do nothing here; the prefix
-cache (:class:`simbatch.prefix_cache.PrefixKVCache`) overrides them.
+cache (:class:`simbatch.core.prefix_cache.PrefixKVCache`) overrides them.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from simbatch.errors import SimbatchError
-from simbatch.sequence import Sequence
+from simbatch.core.sequence import Sequence
 
 KV_MODES = ("paged", "max_length")
 RESERVES = ("oracle", "pow2", "max")
@@ -49,7 +49,7 @@ def reserved_tokens(prompt, output, reserve: str, max_tokens: int) -> np.ndarray
 class KVCache:
     """Block accounting for one replica (counts only: which block holds what is not needed yet)."""
 
-    prefix_caching = False  # True in simbatch.prefix_cache.PrefixKVCache
+    prefix_caching = False  # True in simbatch.core.prefix_cache.PrefixKVCache
     # Told the id of every request whose blocks are freed (it finished, or was preempted for
     # recompute), so a real backend frees its own cache too; None in simulations.
     on_free = None

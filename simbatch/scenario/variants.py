@@ -17,9 +17,9 @@ from __future__ import annotations
 import copy
 from typing import Callable
 
-from simbatch.dotted import set_dotted
+from simbatch.scenario.dotted import set_dotted
 from simbatch.errors import SimbatchError
-from simbatch.outpaths import check_path_name
+from simbatch.files.outpaths import check_path_name
 
 # What `simbatch compare --out DIR [--report]` writes beside the run folders: no variant may take
 # these names (a variant's folder would replace the table, or the table the variant's folder).
@@ -38,7 +38,7 @@ def variant_data(data: dict, overrides: dict, label: str) -> dict:
 
 def check_variants(data: dict, source: str, from_dict: Callable[[dict, str], object]) -> dict[str, dict]:
     """The scenario's ``variants`` (name -> overrides), each checked as a whole scenario by
-    ``from_dict`` (:func:`simbatch.scenario.from_dict`, handed down: this module is below it)."""
+    ``from_dict`` (:func:`simbatch.scenario.spec.from_dict`, handed down: this module is below it)."""
     spec = data.get("variants")
     if spec is None:
         return {}
@@ -62,7 +62,7 @@ def check_variants(data: dict, source: str, from_dict: Callable[[dict, str], obj
 
 def variant_name(name, where: str) -> str:
     """A variant's name, checked as the name of its run folder under ``compare --out``
-    (:func:`simbatch.outpaths.check_path_name`): ``../x`` or ``/abs/x`` would write outside
+    (:func:`simbatch.files.outpaths.check_path_name`): ``../x`` or ``/abs/x`` would write outside
     ``--out``, ``a/b`` would nest folders the report cannot find. A YAML number (``64:``) is
     refused with the quotes that make it a name."""
     if isinstance(name, (int, float)) and not isinstance(name, bool):

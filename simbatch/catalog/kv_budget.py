@@ -12,8 +12,8 @@ Every engine sizes the pool the same way in outline, per GPU::
 ``total`` is the memory the driver reports (``torch.cuda.mem_get_info()``'s
 total, a little under the card's nominal size; the GPU presets carry it with
 its source). Which terms an engine counts, and how, is its *memory rule*: the
-memory fields of :class:`simbatch.engines.EngineParams`, set by the engine
-presets with the source lines they come from (see :mod:`simbatch.engines`).
+memory fields of :class:`simbatch.catalog.servers.EngineParams`, set by the engine
+presets with the source lines they come from (see :mod:`simbatch.catalog.servers`).
 ``kv_cache.num_gpu_blocks`` (vLLM's ``num_gpu_blocks_override``) replaces the
 rule by the number a server printed at start-up.
 

@@ -8,7 +8,7 @@ token. Chunked prefill, decode and recompute after preemption all fall out of
 that one rule.
 
 A sequence holds scheduling state only. When it emitted its tokens is the
-event log's to record (its open token run included: :mod:`simbatch.eventlog`),
+event log's to record (its open token run included: :mod:`simbatch.core.eventlog`),
 and while it decodes in lockstep, the clock its counters were last settled at
 is its replica's decode group's (:mod:`simbatch.engine.decode_group`).
 """
@@ -40,7 +40,7 @@ class Sequence:
         self.num_blocks = 0  # KV blocks held
         self.num_preemptions = 0
         self.status = WAITING
-        # What identifies the prompt's content for prefix caching (simbatch.prefix_cache):
+        # What identifies the prompt's content for prefix caching (simbatch.core.prefix_cache):
         # a tuple of chained hash-block ids, a session number, or None (nothing shared).
         self.prefix = prefix
         # Leading blocks of this request's table that are shared prefix-cache entries

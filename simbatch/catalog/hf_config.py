@@ -1,8 +1,8 @@
-"""The fields of a :class:`~simbatch.models.ModelSpec` from a Hugging Face ``config.json``.
+"""The fields of a :class:`~simbatch.catalog.models.ModelSpec` from a Hugging Face ``config.json``.
 
 :func:`read_hf_config` reads the file; :func:`spec_fields_from_hf` maps its
-fields onto a spec's (:func:`simbatch.models.spec_from_hf` builds the spec).
-This module does not import :mod:`simbatch.models`, which imports it: the
+fields onto a spec's (:func:`simbatch.catalog.models.spec_from_hf` builds the spec).
+This module does not import :mod:`simbatch.catalog.models`, which imports it: the
 mapping sits below the specs, so the two never form an import cycle.
 
 The family is picked by ``architectures[0]`` (or ``model_type`` when a config
@@ -12,7 +12,7 @@ that change nothing the cost model prices (dropout, RoPE scaling, token ids,
 norms' epsilon) are ignored. An image-text model (Llama 4) is read from its
 ``text_config``; its vision tower is not modelled (text is served without it).
 
-Nothing here is imported with the package: :mod:`simbatch.models` imports this
+Nothing here is imported with the package: :mod:`simbatch.catalog.models` imports this
 module only when a model is read from a config (``config:`` or ``hf_config:``).
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simbatch.errors import SimbatchError
-from simbatch.textfile import read_text
+from simbatch.files.textfile import read_text
 
 
 @dataclass(frozen=True)

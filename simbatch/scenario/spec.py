@@ -15,19 +15,19 @@ from typing import TYPE_CHECKING
 import yaml
 
 from simbatch.control.params import KNOBS, ControlParams, parse_control
-from simbatch.disaggregation_params import DisaggregationParams, parse_disaggregation
+from simbatch.scenario.disaggregation import DisaggregationParams, parse_disaggregation
 from simbatch.policies.routers import ROUTERS
-from simbatch.engines import EngineParams, parse_engine, with_engine_defaults
-from simbatch.dotted import set_dotted  # noqa: F401  (re-exported: --set, sweep grids)
+from simbatch.catalog.servers import EngineParams, parse_engine, with_engine_defaults
+from simbatch.scenario.dotted import set_dotted  # noqa: F401  (re-exported: --set, sweep grids)
 from simbatch.costmodel.pipeline import SCHEDULES
 from simbatch.errors import SimbatchError
-from simbatch.hardware import GPUSpec, get_gpu
-from simbatch.models import EXPERT_DISPATCHES, ModelSpec, get_model
-from simbatch.quantization import apply_quantization
-from simbatch.speculative import SpeculativeParams, drafter_model, parse_speculative
-from simbatch.params import MAX_MICRO_BATCHES, MAX_REPLICAS, parse_params, require
+from simbatch.catalog.hardware import GPUSpec, get_gpu
+from simbatch.catalog.models import EXPERT_DISPATCHES, ModelSpec, get_model
+from simbatch.scenario.quantization import apply_quantization
+from simbatch.scenario.speculative import SpeculativeParams, drafter_model, parse_speculative
+from simbatch.core.params import MAX_MICRO_BATCHES, MAX_REPLICAS, parse_params, require
 from simbatch.policies import PolicySpec, parse_policy, parse_policy_spec
-from simbatch.yamlio import compose, load_yaml, read_text, safe_load
+from simbatch.files.yamlio import compose, load_yaml, read_text, safe_load
 
 if TYPE_CHECKING:
     from simbatch.workload import Workload
@@ -93,7 +93,7 @@ class ClusterParams:
     pipeline_parallel: int = 1
     micro_batches: int = 0
     pipeline_schedule: str = "overlap"
-    pipeline_link: str = ""  # a simbatch.links preset between stages ("": the GPU's own link)
+    pipeline_link: str = ""  # a simbatch.catalog.links preset between stages ("": the GPU's own link)
     # Mixtures of experts: each routed expert whole on one GPU of a replica's tensor-parallel
     # group (vLLM's --enable-expert-parallel), and how the MoE layers communicate then
     # (docs/cost_models.md, "Expert parallelism"); applied to the model by apply_expert_layout.
@@ -109,7 +109,7 @@ class ClusterParams:
     redundant_experts: int = 0
 
     def __post_init__(self):
-        # Sizes bounded where simbatch.params says why (replicas built up front; micro-batches
+        # Sizes bounded where simbatch.core.params says why (replicas built up front; micro-batches
         # beyond the sequences a step holds); redundant experts by the model (apply_expert_layout).
         require(self.replicas >= 1, "replicas", "must be >= 1")
         require(self.replicas <= MAX_REPLICAS, "replicas", f"must be at most {MAX_REPLICAS:,} (every replica's engine "
@@ -169,13 +169,13 @@ def parse_cluster(values, where: str) -> ClusterParams:
 
 @dataclass(frozen=True)
 class KVCacheParams:
-    """KV-cache sizing and reservation mode (see :mod:`simbatch.kvcache`)."""
+    """KV-cache sizing and reservation mode (see :mod:`simbatch.core.kvcache`)."""
 
     block_size: int = 16
     mode: str = "paged"
     gpu_memory_utilization: float = 0.9
-    reserve: str = "oracle"  # what mode max_length reserves: oracle | pow2 | max (simbatch.kvcache)
-    prefix_caching: bool = False  # share cached prompt prefixes (simbatch.prefix_cache)
+    reserve: str = "oracle"  # what mode max_length reserves: oracle | pow2 | max (simbatch.core.kvcache)
+    prefix_caching: bool = False  # share cached prompt prefixes (simbatch.core.prefix_cache)
     hash_block_size: int = 512  # tokens per trace hash_id (Mooncake: 512)
     # The server's own block count (vLLM's num_gpu_blocks_override, or the "# GPU blocks" /
     # "GPU KV cache size" line of its start-up log): replaces the engine's memory rule.
@@ -302,12 +302,12 @@ class Scenario:
 
     @property
     def variants(self) -> list[str]:
-        """Names of the scenario's ``variants`` (see :mod:`simbatch.variants`; empty: none)."""
+        """Names of the scenario's ``variants`` (see :mod:`simbatch.scenario.variants`; empty: none)."""
         return list(self.data.get("variants") or {})
 
     def with_variant(self, name: str) -> "Scenario":
         """The scenario with variant ``name``'s fields applied (and no variants of its own)."""
-        from simbatch.variants import variant_data
+        from simbatch.scenario.variants import variant_data
 
         overrides = (self.data.get("variants") or {}).get(name)
         if overrides is None:
@@ -379,7 +379,7 @@ def override(data: dict, overrides: list[str]) -> tuple[dict, str]:
 
 
 def read_yaml(path: Path) -> dict:
-    """Read a scenario file through :func:`simbatch.yamlio.load_yaml`: unreadable files,
+    """Read a scenario file through :func:`simbatch.files.yamlio.load_yaml`: unreadable files,
     invalid YAML, duplicate keys and alias bombs become ``file:line`` messages."""
     data = load_yaml(path, "scenario file")
     if not isinstance(data, dict):
@@ -401,7 +401,7 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
     model = get_model(data["model"], f"{source}: model", base_dir=base_dir)  # config: paths are relative
     gpu = get_gpu(data["hardware"], f"{source}: hardware")
     # An engine release's scheduler defaults fill the knobs the policy leaves out (vLLM V1's budget
-    # and sequence cap by GPU: simbatch.engines), in the data itself, so reports show what ran.
+    # and sequence cap by GPU: simbatch.catalog.servers), in the data itself, so reports show what ran.
     data = {**data, "policy": with_engine_defaults(data["policy"], data.get("engine"), gpu.name, gpu.memory_bytes)}
     policy = parse_policy_spec(data["policy"], source, max_context=model.max_context)
     policies = data.get("policies") or {}
@@ -430,7 +430,7 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
     speculative, drafter = _speculative(data, model, (policy, *group_policies), disaggregation, cluster, source,
                                        base_dir)
     if data.get("variants") is not None:
-        from simbatch.variants import check_variants  # below this module: it is handed from_dict
+        from simbatch.scenario.variants import check_variants  # below this module: it is handed from_dict
 
         check_variants(data, source, from_dict)
     return Scenario(
@@ -561,8 +561,8 @@ def _speculative(data: dict, model: ModelSpec, policies, disaggregation, cluster
 
 def check_name(data: dict, source: str) -> None:
     """``name`` names output folders (``runs/<name>-sweep``), so it must be a plain file
-    name (:func:`simbatch.outpaths.check_path_name`); ``description`` is free text."""
-    from simbatch.outpaths import check_path_name
+    name (:func:`simbatch.files.outpaths.check_path_name`); ``description`` is free text."""
+    from simbatch.files.outpaths import check_path_name
 
     name = data.get("name")
     if name is not None:
@@ -574,7 +574,7 @@ def check_name(data: dict, source: str) -> None:
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
     """Read, override and check the scenario at ``path`` (or a bundled one by name, e.g. ``"chat"``)."""
-    from simbatch.bundled import resolve_scenario_path, unknown_name
+    from simbatch.files.bundled import resolve_scenario_path, unknown_name
 
     cause = unknown_name(path)
     if cause is not None:

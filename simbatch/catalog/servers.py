@@ -41,8 +41,8 @@ import math
 from dataclasses import dataclass, fields, replace
 
 from simbatch.errors import SimbatchError
-from simbatch.horizon import MAX_STEP_S, MAX_TIME_S
-from simbatch.models import ModelSpec
+from simbatch.core.horizon import MAX_STEP_S, MAX_TIME_S
+from simbatch.catalog.models import ModelSpec
 
 GiB = 1 << 30
 OVERHEAD_TERMS = ("step_s", "per_seq_s", "per_token_s")
@@ -199,7 +199,7 @@ class EngineParams:
     def memory_terms(self, model: ModelSpec, tensor_parallel: int, policy,
                      gpu_memory_bytes: float) -> dict[str, float]:
         """Bytes per GPU this engine holds back from the KV cache, by term (the names of
-        :func:`simbatch.kv_budget.size_budget`), for a replica running a policy with
+        :func:`simbatch.catalog.kv_budget.size_budget`), for a replica running a policy with
         parameters ``policy`` (its step budget and ``max_num_seqs`` size the profiling pass;
         a policy without a budget profiles only its sampler) on a GPU of ``gpu_memory_bytes``."""
         activations = profiling_peak_bytes(model, tensor_parallel, *profiling_shape(policy)) \
@@ -270,7 +270,7 @@ def parse_engine(spec, where: str) -> EngineParams:
 
 
 # Bounds on the engine's figures, so that simulated time stays within its horizon
-# (simbatch.horizon). Each time term (a field in seconds, named *_s) is a fixed cost a step
+# (simbatch.core.horizon). Each time term (a field in seconds, named *_s) is a fixed cost a step
 # (or, request_s, a request's latency) pays per step, sequence or token: at most MAX_STEP_S
 # (1,000 s, a million steps of which fill the horizon; the fitted presets' are milliseconds).
 # request_s of 1e300 gave a TTFT of 1e303 ms and a TPOT of 0.0 ms (every later figure rounded

@@ -231,7 +231,7 @@ def make_executor(kind: str = "process", workers: int | None = None, address: st
     if kind == "process":
         return ProcessExecutor(workers)
     if kind == "dask":
-        from simbatch.dask_executor import DaskExecutor  # optional extra: simbatch[dask]
+        from simbatch.runs.dask import DaskExecutor  # optional extra: simbatch[dask]
 
         return DaskExecutor(address or "local", workers)
     raise SimbatchError("--executor", f"unknown executor {kind!r}; allowed: {', '.join(EXECUTOR_KINDS)}")

@@ -5,11 +5,11 @@ Simulated time is a float of seconds: at t its resolution is about t x 2.2e-16, 
 and latencies read 0. Arrivals are held within it (``simbatch.workload.build.check_time_span``).
 Steps are held within it at load, each kind of figure where it is checked:
 
-- GPU figures (``simbatch.hardware``): no rate below the slowest real GPU's / 1000, no
+- GPU figures (``simbatch.catalog.hardware``): no rate below the slowest real GPU's / 1000, no
   latency or memory above the largest real one's x 1000;
-- engine terms (``simbatch.engines``): no fixed cost above :data:`MAX_STEP_S`;
-- model shapes (``simbatch.models``): no size a real model does not come near;
-- cluster fields (``simbatch.scenario.ClusterParams``): no more micro-batches than sequences
+- engine terms (``simbatch.catalog.servers``): no fixed cost above :data:`MAX_STEP_S`;
+- model shapes (``simbatch.catalog.models``): no size a real model does not come near;
+- cluster fields (``simbatch.scenario.spec.ClusterParams``): no more micro-batches than sequences
   an engine steps, no more redundant experts than GPUs to hold them.
 
 This module imports nothing, so any of them can read it.

@@ -15,9 +15,9 @@ from simbatch.metrics import replica_summaries, request_columns, step_columns, s
 from simbatch.metrics.columns import Columns, names, to_frame
 from simbatch.metrics.disaggregation import disaggregation_summary
 from simbatch.metrics.requests import token_runs
-from simbatch.quantization import describe as quantization_formats
-from simbatch.scenario import Scenario
-from simbatch.speculative import describe as describe_speculative
+from simbatch.scenario.quantization import describe as quantization_formats
+from simbatch.scenario.spec import Scenario
+from simbatch.scenario.speculative import describe as describe_speculative
 from simbatch.version import __version__
 
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field, replace
 from simbatch.policies.routers import ROUTERS
 from simbatch.costmodel.pipeline import SCHEDULES
 from simbatch.errors import SimbatchError
-from simbatch.links import Link, get_link
-from simbatch.models import EXPERT_DISPATCHES
-from simbatch.params import MAX_MICRO_BATCHES, MAX_REPLICAS, parse_params, require
+from simbatch.catalog.links import Link, get_link
+from simbatch.catalog.models import EXPERT_DISPATCHES
+from simbatch.core.params import MAX_MICRO_BATCHES, MAX_REPLICAS, parse_params, require
 from simbatch.policies import PolicySpec, parse_policy_spec
 
 LAYOUTS = ("colocated", "disaggregated")

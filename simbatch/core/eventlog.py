@@ -75,7 +75,7 @@ class EventLog:
         self.open_last = [-2] * n
         self.kv_capacity_blocks = [0] * num_replicas
         self.messages: list[str] = []  # notable things said during the run
-        self.prefix_cache = None  # PrefixCacheStats when kv_cache.prefix_caching is on (simbatch.prefix_cache)
+        self.prefix_cache = None  # PrefixCacheStats when kv_cache.prefix_caching is on (simbatch.core.prefix_cache)
         self.speculation = None  # verify-step counts when speculative decoding is on (Acceptance.stats)
         self.control_rows: list[dict] = []  # online controllers' decisions (simbatch.control)
         # Prefill/decode disaggregation only (None otherwise; see enable_disaggregation).

@@ -13,7 +13,7 @@ and computes ``num_pad_tokens[i]`` extra tokens that are thrown away (padding
 to the batch's longest prompt). By convention the first ``num_decode_slots``
 slots are decode slots (one new or padded token each); the rest are prefill
 chunks. Under speculative decoding a decode slot computes ``n > 1`` tokens: its
-last token and ``n - 1`` drafts to verify (:mod:`simbatch.speculative`).
+last token and ``n - 1`` drafts to verify (:mod:`simbatch.scenario.speculative`).
 """
 
 from __future__ import annotations

@@ -40,8 +40,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from simbatch.kvcache import KVCache
-from simbatch.sequence import Sequence
+from simbatch.core.kvcache import KVCache
+from simbatch.core.sequence import Sequence
 
 PREFIX_CACHE_STATS = ("token_hit_rate", "request_hit_rate", "tokens_saved")  # summary.json's prefix_cache
 KEY_SPAN = 1 << 24  # block positions per prefix id in a key (16M blocks: far beyond any context)

@@ -23,7 +23,7 @@ import pandas as pd
 import yaml
 
 from simbatch.errors import SimbatchError
-from simbatch.textfile import read_text
+from simbatch.files.textfile import read_text
 
 FORMAT = "simbatch-profile/1"
 HEADER_FILE = "profile.yaml"

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simbatch.errors import SimbatchError
-from simbatch.presets import spec_values
+from simbatch.catalog.presets import spec_values
 
 GiB = 1 << 30
 GB = 1e9
@@ -129,7 +129,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
 
 _ZERO_FIELDS = ("link_latency_s", "fp8_flops", "int8_flops")  # may be 0
 # Bounds on a custom GPU's figures, so that simulated time stays within its horizon
-# (simbatch.horizon): a step's seconds are bytes and FLOPs over these rates, plus latencies.
+# (simbatch.core.horizon): a step's seconds are bytes and FLOPs over these rates, plus latencies.
 # No rate below the slowest preset's / 1000 and no latency above the slowest preset's x 1000:
 # a step then takes at most a thousand times what it takes on the slowest real GPU here
 # (milliseconds to seconds), and a million such steps stay within the horizon (peak_flops

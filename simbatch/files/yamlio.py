@@ -1,7 +1,7 @@
 """Reading the YAML files users give simbatch: one loader, every refusal a one-line error.
 
 Text files first, through the one loader of user files
-(:func:`simbatch.textfile.read_text`: a folder, a device such as ``/dev/null``,
+(:func:`simbatch.files.textfile.read_text`: a folder, a device such as ``/dev/null``,
 a file the user may not read or one that is not UTF-8 is refused with its
 cause). YAML then (:func:`load_yaml`, or :func:`parse_yaml` for text in hand),
 through PyYAML's safe loader with three checks of the composed document before
@@ -31,7 +31,7 @@ from pathlib import Path
 import yaml
 
 from simbatch.errors import SimbatchError
-from simbatch.textfile import read_text  # noqa: F401  (re-exported: scenario.py reads through it)
+from simbatch.files.textfile import read_text  # noqa: F401  (re-exported: scenario.py reads through it)
 
 MAX_NODES = 1_000_000  # nodes a document may expand to, aliases followed
 

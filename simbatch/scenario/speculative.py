@@ -28,8 +28,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from simbatch.errors import SimbatchError
-from simbatch.models import ModelSpec, get_model
-from simbatch.params import parse_params, require
+from simbatch.catalog.models import ModelSpec, get_model
+from simbatch.core.params import parse_params, require
 
 METHODS = ("draft_model", "eagle", "ngram")
 POLICIES = ("continuous", "chunked_prefill")  # iteration-level: a verify step is a decode step

@@ -28,7 +28,7 @@ def _distributed():
 
 
 class DaskExecutor:
-    """The Executor interface (:mod:`simbatch.executors`) on a Dask cluster: ``local`` or a scheduler address."""
+    """The Executor interface (:mod:`simbatch.runs.executors`) on a Dask cluster: ``local`` or a scheduler address."""
 
     name = "dask"
 

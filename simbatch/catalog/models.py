@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from simbatch.errors import SimbatchError
-from simbatch.presets import spec_values
+from simbatch.catalog.presets import spec_values
 
 
 # Bytes per weight (or per KV element) of each quantised format. int4 keeps one
@@ -275,10 +275,10 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         # hidden 7168, 56 heads / 8 KV heads (head_dim 128), SwiGLU 20480,
         # vocab 64000, max_position_embeddings 4096 (Sarathi-Serve's figure 9
         # prefills it to 16k; the cost model does not check the context).
-        # The file ships as simbatch/data/hf_configs/yi-34b.json.
+        # The file ships as simbatch/catalog/hf_configs/yi-34b.json.
         _llama("yi-34b", 60, 7168, 56, 8, 20480, 64000, 4096),
         ModelSpec("opt-13b", 40, 5120, 40, 40, 128, 20480, 50272, False, 2048, tied_embeddings=True),
-        # Presets whose config.json ships in simbatch/data/hf_configs/<name>.json (sources in
+        # Presets whose config.json ships in simbatch/catalog/hf_configs/<name>.json (sources in
         # its README.md); tests/test_hf_config.py checks that reading each file gives the spec
         # here, which is written out so that importing simbatch reads no file.
         # max_context is the config's max_position_embeddings.
@@ -342,7 +342,7 @@ _ZERO_FIELDS = {"num_experts", "experts_per_token", "moe_intermediate_size", "sh
                 "redundant_experts"}
 EXPERT_DISPATCHES = ("allreduce", "all2all")
 # Bounds on a model's figures, so that a step's seconds stay finite and simulated time within
-# its horizon (simbatch.horizon). No shape field of a real model comes near 10**9 (the largest
+# its horizon (simbatch.core.horizon). No shape field of a real model comes near 10**9 (the largest
 # here: Llama-4-Scout's 10,485,760-token context, a 256,000-token vocabulary, a 53,248-wide MLP,
 # 256 experts): a figure past it is a typo or a hostile file, and a vocab_size of 10**400
 # overflowed the roofline's float arithmetic.
@@ -384,9 +384,9 @@ _HF_KEYS = {"config", "hf_config"}
 
 def spec_from_hf(config: dict, name: str, where: str, *, weight_quant: str | None = None) -> ModelSpec:
     """The spec a Hugging Face ``config.json`` (as a dict) describes, called ``name``
-    (the mapping is :func:`simbatch.hf_config.spec_fields_from_hf`'s); ``weight_quant``,
+    (the mapping is :func:`simbatch.catalog.hf_config.spec_fields_from_hf`'s); ``weight_quant``,
     when given, replaces the config's ``quantization_config``."""
-    from simbatch.hf_config import spec_fields_from_hf  # only when a model is read from a config
+    from simbatch.catalog.hf_config import spec_fields_from_hf  # only when a model is read from a config
 
     values = spec_fields_from_hf(config, name, where, weight_quant=weight_quant)
     check_sizes(values, where)
@@ -398,7 +398,7 @@ def _from_hf(entry: dict, where: str, base_dir: Path | None) -> ModelSpec:
     """The spec of a ``{config: PATH}`` or ``{hf_config: {...}}`` entry: the config's shapes,
     then the entry's other fields as overrides (``weight_quant`` there also means the
     config's quantization_config is not read), checked like any custom model."""
-    from simbatch.hf_config import read_hf_config, spec_fields_from_hf  # only when a scenario uses it
+    from simbatch.catalog.hf_config import read_hf_config, spec_fields_from_hf  # only when a scenario uses it
 
     if _HF_KEYS <= entry.keys():
         raise SimbatchError(where, "give config (a config.json path) or hf_config (its fields inline), "
