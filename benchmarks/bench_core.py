@@ -19,7 +19,6 @@ import multiprocessing as mp
 import os
 import platform
 import resource
-import shutil
 import statistics
 import subprocess
 import sys

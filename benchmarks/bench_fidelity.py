@@ -169,7 +169,8 @@ def knee_rate(scenario, lo: float, hi: float, steps: int = 10) -> float | None:
     import numpy as np
 
     from simbatch.runs.one import run
-    from simbatch.scenario.spec import apply_overrides, from_dict
+    from simbatch.scenario.overrides import apply_overrides
+    from simbatch.scenario.spec import from_dict
 
     def p90(rate: float) -> float:
         data = apply_overrides(scenario.data, [f"workload.synthetic.arrival.rate={rate:.6g}"])

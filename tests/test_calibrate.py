@@ -13,8 +13,6 @@ import pandas as pd
 import pytest
 
 from simbatch.calibrate.points import decode_contexts, make_grid
-from simbatch.cli import main
-from simbatch.errors import SimbatchError
 from simbatch.catalog.models import MODEL_PRESETS
 from simbatch.catalog.profiles import (
     COLUMNS,
@@ -24,6 +22,8 @@ from simbatch.catalog.profiles import (
     read_profile,
     write_profile,
 )
+from simbatch.cli import main
+from simbatch.errors import SimbatchError
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_CHECK = ROOT / "calibration" / "gpu_check.sh"

@@ -19,10 +19,10 @@ from simbatch.capacity import (
 )
 from simbatch.capacity.candidates import default_seeds, middle_rates
 from simbatch.cli import main
+from simbatch.core.plan import StepPlan
 from simbatch.costmodel import RooflineCostModel
 from simbatch.errors import SimbatchError
 from simbatch.runs.executors import InlineExecutor
-from simbatch.core.plan import StepPlan
 from simbatch.scenario.spec import from_dict
 
 # --- SLOs ---------------------------------------------------------------------------------

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simbatch.core.plan import StepPlan
 from simbatch.costmodel import CostModel, RooflineCostModel, StepCost, build_cost_model
 from simbatch.errors import SimbatchError
-from simbatch.core.plan import StepPlan
 
 PARTS = ["linear", "lm_head", "attn_prefill", "attn_decode", "allreduce", "overhead"]
 

@@ -7,12 +7,12 @@ import pandas as pd
 import pytest
 
 from simbatch.api import compare, run
+from simbatch.catalog.links import LINKS, get_link
+from simbatch.catalog.models import get_model
 from simbatch.cli import main
 from simbatch.engine.disaggregation.build import run_pools
 from simbatch.engine.simulation import simulate
-from simbatch.catalog.links import LINKS, get_link
 from simbatch.metrics.requests import REQUEST_COLUMNS
-from simbatch.catalog.models import get_model
 from simbatch.scenario.spec import from_dict, load_scenario
 from tests.logkit import assert_same_disaggregated_logs
 

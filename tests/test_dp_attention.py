@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from simbatch.api import run
+from simbatch.catalog.models import get_model
 from simbatch.costmodel import RooflineCostModel
 from simbatch.costmodel.roofline import decode_work
 from simbatch.engine.setup import kv_blocks_per_replica
 from simbatch.errors import SimbatchError
-from simbatch.catalog.models import get_model
 from simbatch.scenario.spec import from_dict, load_scenario
 from simbatch.scenario.variants import variant_data
 

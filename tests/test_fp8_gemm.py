@@ -7,10 +7,10 @@ tensor cores twice as fast (docs/cost_models.md, "Quantised weights").
 
 import pytest
 
-from simbatch.costmodel.roofline import DEFAULT_PARAMS, RooflineCostModel, decode_work, quantized_kept_seconds
 from simbatch.catalog.hardware import get_gpu
 from simbatch.catalog.models import get_model
 from simbatch.core.plan import StepPlan
+from simbatch.costmodel.roofline import DEFAULT_PARAMS, RooflineCostModel, decode_work, quantized_kept_seconds
 from simbatch.scenario.quantization import apply_quantization
 
 BF16 = get_model("llama-2-70b")

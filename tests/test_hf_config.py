@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from simbatch.errors import SimbatchError
 from simbatch.catalog.hf_config import read_hf_config
 from simbatch.catalog.models import MODEL_PRESETS, get_model, spec_from_hf
+from simbatch.errors import SimbatchError
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "simbatch" / "catalog" / "hf_configs"
@@ -408,8 +408,8 @@ def test_llama4_every_layer_listed_and_model_type_read():
 
 
 def test_attention_16bit_prices_the_attention_at_16_bits():
-    from simbatch.costmodel.roofline import RooflineCostModel
     from simbatch.core.plan import StepPlan
+    from simbatch.costmodel.roofline import RooflineCostModel
 
     spec = get_model(SCOUT)
     kept, quantised = (RooflineCostModel(s, "h100-sxm", 4) for s in (spec, replace(spec, attention_16bit=False)))

@@ -253,7 +253,7 @@ def test_a_model_size_no_real_model_comes_near_is_one_line(tmp_path, capsys, sou
     if source == "config":
         path = config_file(tmp_path, vocab_size=10**400)
         err = one_line_error(tmp_path, capsys, "classroom", f"model={{config: {path}}}")
-        assert f"model.config.vocab_size (from --set model): " in err and f"(in {path})" in err, err
+        assert "model.config.vocab_size (from --set model): " in err and f"(in {path})" in err, err
     else:
         err = one_line_error(tmp_path, capsys, "classroom", f"model={{base: llama-2-7b, vocab_size: {10**400}}}")
         assert "model.vocab_size (from --set model): " in err, err

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from simbatch import load_scenario, run
+from simbatch.catalog.models import get_model
 from simbatch.cli import main
 from simbatch.engine.setup import kv_budget_per_replica
 from simbatch.errors import SimbatchError
 from simbatch.measured import MeasuredRun, read_measured
 from simbatch.measured.capacity import implied_capacity
-from simbatch.catalog.models import get_model
 
 GiB = 2**30
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "measured"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from simbatch.core.kvcache import reserved_tokens
 from simbatch.engine.simulation import simulate
 from simbatch.errors import SimbatchError
-from simbatch.core.kvcache import reserved_tokens
 from simbatch.scenario.spec import from_dict
 
 # Llama-2-7B (4,096-token window) on an A100-40GB at 0.45: about 11,000 tokens of KV, so that
@@ -67,8 +67,8 @@ def test_a_max_length_cache_keeps_no_watermark(kind):
     # its whole life at admission, so a request that needs every block is admitted (Sarathi-Serve's
     # OrcaBlockSpaceManager: watermark 0), while a paged cache keeps 1 % of 100 blocks free.
     from simbatch.core.kvcache import KVCache
-    from simbatch.policies import POLICIES
     from simbatch.core.sequence import Sequence
+    from simbatch.policies import POLICIES
 
     cls = POLICIES[kind]
     for mode, admitted in (("max_length", True), ("paged", False)):
@@ -85,8 +85,8 @@ def test_chunked_prefill_keeps_its_watermark_only_while_something_runs():
     # vLLM v1 (KVCacheManager.allocate_slots, has_scheduled_reqs): on an idle cache a request may
     # take every block; continuous (vLLM V0's BlockSpaceManager) keeps the watermark always.
     from simbatch.core.kvcache import KVCache
-    from simbatch.policies import POLICIES
     from simbatch.core.sequence import Sequence
+    from simbatch.policies import POLICIES
 
     for kind, idle_admits in (("chunked_prefill", True), ("continuous", False)):
         cls = POLICIES[kind]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from simbatch.errors import SimbatchError
 from simbatch.catalog.hardware import GPU_PRESETS, GiB, GPUSpec, get_gpu
 from simbatch.catalog.models import MODEL_PRESETS, ModelSpec, get_model
+from simbatch.errors import SimbatchError
 
 # Published parameter totals (model cards / HF safetensors metadata).
 KNOWN_PARAMS = {

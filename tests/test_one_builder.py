@@ -4,11 +4,11 @@ what a validation overrides (backend, KV capacity, free hook) leaves every scena
 import numpy as np
 import pytest
 
+from simbatch.catalog.models import get_model
+from simbatch.core.prefix_cache import PrefixKVCache
 from simbatch.engine.setup import group_backend
 from simbatch.engine.simulation import run_cluster, simulate
 from simbatch.errors import SimbatchError
-from simbatch.catalog.models import get_model
-from simbatch.core.prefix_cache import PrefixKVCache
 from simbatch.scenario.spec import from_dict
 from simbatch.validation.realtime import check_validatable
 from simbatch.workload import build_workload

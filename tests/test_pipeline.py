@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from simbatch.catalog.hardware import get_gpu
+from simbatch.catalog.models import get_model
 from simbatch.costmodel import build_cost_model
 from simbatch.costmodel.base import NO_ATTN, AttnWork, StepWork
 from simbatch.costmodel.pipeline import PipelineCostModel, stage_layers
 from simbatch.errors import SimbatchError
-from simbatch.catalog.hardware import get_gpu
-from simbatch.catalog.models import get_model
 from simbatch.runs.one import run
 from simbatch.scenario.spec import load_scenario
 

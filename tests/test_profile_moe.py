@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from test_costmodel_profile import synthetic_profile
 
+from simbatch.catalog.models import get_model
+from simbatch.catalog.profiles import read_profile
+from simbatch.core.plan import StepPlan
 from simbatch.costmodel.profile_fit import fit_profile_model
 from simbatch.costmodel.profile_moe import measured_twin
 from simbatch.costmodel.roofline import RooflineCostModel
 from simbatch.costmodel.vidur import shipped_profile
 from simbatch.errors import SimbatchError
-from simbatch.catalog.models import get_model
-from simbatch.core.plan import StepPlan
-from simbatch.catalog.profiles import read_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 MIXTRAL = get_model("mixtral-8x7b")

@@ -3,7 +3,8 @@
 import pytest
 
 from simbatch.errors import SimbatchError
-from simbatch.scenario.spec import apply_overrides, from_dict, load_scenario
+from simbatch.scenario.overrides import apply_overrides
+from simbatch.scenario.spec import from_dict, load_scenario
 
 BASE = {
     "name": "t",

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from simbatch.core.plan import StepPlan
 from simbatch.costmodel.roofline import RooflineCostModel, plan_work
 from simbatch.costmodel.speculative import SpeculativeCostModel, build_drafter
 from simbatch.engine.setup import kv_blocks_per_replica
 from simbatch.engine.simulation import simulate
 from simbatch.errors import SimbatchError
-from simbatch.core.plan import StepPlan
 from simbatch.scenario.spec import from_dict, load_scenario
 from simbatch.scenario.speculative import Acceptance, SpeculativeParams, acceptance_rate_from_length, drafter_model
 

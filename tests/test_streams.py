@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simbatch.api import run
+from simbatch.core.plan import StepPlan
 from simbatch.costmodel import RooflineCostModel
 from simbatch.engine.simulation import simulate
-from simbatch.core.plan import StepPlan
 from simbatch.scenario.spec import from_dict
 
 CM = RooflineCostModel("llama-2-7b", "a100-80gb")

@@ -150,7 +150,7 @@ def test_dev_null_as_a_trace_is_not_a_regular_file(tmp_path, capsys, make):
     scenario = Path(argv[1])
     scenario.write_text(scenario.read_text().replace("t.csv", "/dev/null"))
     code, err = run_cli(argv, tmp_path / "out", capsys)
-    assert code == 2 and err == [f"simbatch: error: /dev/null: is not a regular file (a device or pipe?), "
+    assert code == 2 and err == ["simbatch: error: /dev/null: is not a regular file (a device or pipe?), "
                                  "not a trace file"]
 
 

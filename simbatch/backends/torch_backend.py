@@ -39,10 +39,10 @@ from simbatch.backends.device import (
 from simbatch.backends.torch_inputs import StepInputs, prepare
 from simbatch.backends.torch_kv import PagedKVPool
 from simbatch.backends.torch_model import LlamaModel
-from simbatch.costmodel.base import StepCost
-from simbatch.errors import SimbatchError
 from simbatch.catalog.models import ModelSpec, get_model
 from simbatch.core.plan import StepPlan
+from simbatch.costmodel.base import StepCost
+from simbatch.errors import SimbatchError
 
 WARMUP_RID = 1 << 40  # request ids the warm-up uses (never a workload's)
 REPLAY_RID = 1 << 41  # and those a replay's stand-in requests use

@@ -58,8 +58,8 @@ from simbatch.capacity.search import (
 )
 from simbatch.capacity.slo import SLOSpec, Verdict, judge
 from simbatch.errors import SimbatchError
-from simbatch.runs.executors import Executor, InlineExecutor
 from simbatch.report.table import fmt_duration, fmt_num
+from simbatch.runs.executors import Executor, InlineExecutor
 from simbatch.scenario.spec import Scenario
 
 Log = Callable[[str], None]

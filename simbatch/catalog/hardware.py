@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simbatch.errors import SimbatchError
 from simbatch.catalog.presets import spec_values
+from simbatch.errors import SimbatchError
 
 GiB = 1 << 30
 GB = 1e9

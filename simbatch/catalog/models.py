@@ -13,9 +13,8 @@ import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from simbatch.errors import SimbatchError
 from simbatch.catalog.presets import spec_values
-
+from simbatch.errors import SimbatchError
 
 # Bytes per weight (or per KV element) of each quantised format. int4 keeps one
 # 16-bit scale per group of 128 weights, as GPTQ, AWQ and vLLM's Marlin kernels

@@ -40,9 +40,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 
-from simbatch.errors import SimbatchError
-from simbatch.core.horizon import MAX_STEP_S, MAX_TIME_S
 from simbatch.catalog.models import ModelSpec
+from simbatch.core.horizon import MAX_STEP_S, MAX_TIME_S
+from simbatch.errors import SimbatchError
 
 GiB = 1 << 30
 OVERHEAD_TERMS = ("step_s", "per_seq_s", "per_token_s")

@@ -79,8 +79,8 @@ def run(args) -> None:
 
 def report(path: Path) -> str:
     """The fit report of the profile in ``path`` (written beside it), else its raw summary."""
-    from simbatch.errors import SimbatchError
     from simbatch.catalog.profiles import read_profile
+    from simbatch.errors import SimbatchError
     from simbatch.report.outputs import atomic_write
 
     profile = read_profile(path)  # checks the folder: bad files stop here with one line

@@ -11,8 +11,8 @@ from simbatch.errors import SimbatchError
 def run_from_log(args) -> None:
     """Fit the terms on ``args.from_log``, print them as an ``engine:`` section, then the
     error per log (fitted and held out), and write ``engine.yaml`` under ``--out``."""
-    from simbatch.commands.logs import read_logs
     from simbatch.catalog.servers import FITTED_TERMS
+    from simbatch.commands.logs import read_logs
     from simbatch.measured.fit_engine import fit_engine
     from simbatch.scenario.spec import load_scenario
 

@@ -53,7 +53,7 @@ def run(args) -> None:
 def policy_line(scenario) -> str:
     """The knobs the run's policy was given and where they came from, e.g. ``policy:
     chunked_prefill (max_num_seqs 256, chunk_size 512) from policies.chunked_prefill``
-    (:func:`simbatch.scenario.spec.policy_knobs`; knobs not shown are at the kind's defaults)."""
+    (:func:`simbatch.scenario.overrides.policy_knobs`; knobs not shown are at the kind's defaults)."""
     kind = scenario.policy.kind
     knobs = ", ".join(f"{k} {v}" for k, v in scenario.data["policy"].items() if k != "kind")
     source = scenario.policy_source

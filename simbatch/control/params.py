@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simbatch.errors import SimbatchError
 from simbatch.core.params import parse_params, require
+from simbatch.errors import SimbatchError
 
 KINDS = ("slo", "adaptive_delay")
 # What each controller turns, per policy kind (the knob keeps the policy's own name).

@@ -9,7 +9,7 @@ Steps are held within it at load, each kind of figure where it is checked:
   latency or memory above the largest real one's x 1000;
 - engine terms (``simbatch.catalog.servers``): no fixed cost above :data:`MAX_STEP_S`;
 - model shapes (``simbatch.catalog.models``): no size a real model does not come near;
-- cluster fields (``simbatch.scenario.spec.ClusterParams``): no more micro-batches than sequences
+- cluster fields (``simbatch.scenario.cluster.ClusterParams``): no more micro-batches than sequences
   an engine steps, no more redundant experts than GPUs to hold them.
 
 This module imports nothing, so any of them can read it.

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simbatch.errors import SimbatchError
 from simbatch.core.sequence import Sequence
+from simbatch.errors import SimbatchError
 
 KV_MODES = ("paged", "max_length")
 RESERVES = ("oracle", "pow2", "max")

@@ -15,7 +15,7 @@ import typing
 from simbatch.errors import SimbatchError
 
 MAX_INTEGER = 2**53  # the largest integer knob accepted (floats hold every integer up to it)
-# Bounds on a cluster's sizes, checked by simbatch.scenario.spec.ClusterParams (and its replica
+# Bounds on a cluster's sizes, checked by simbatch.scenario.cluster.ClusterParams (and its replica
 # groups) and simbatch.scenario.disaggregation.PoolParams, which both read them here:
 # - replicas: every replica's engine is built before the first step (a million took minutes
 #   and gigabytes with nothing simulated); 10,000 is ten times capacity's search limit.

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from simbatch.catalog.hardware import GPUSpec, get_gpu
+from simbatch.catalog.models import ModelSpec, get_model
 from simbatch.costmodel.base import CostModel, StepCost
 from simbatch.costmodel.roofline import RooflineCostModel, check_params, check_tensor_parallel
 from simbatch.errors import SimbatchError
-from simbatch.catalog.hardware import GPUSpec, get_gpu
-from simbatch.catalog.models import ModelSpec, get_model
 
 __all__ = ["CostModel", "StepCost", "RooflineCostModel", "build_cost_model", "COST_MODEL_KINDS"]
 

@@ -34,11 +34,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from simbatch.catalog.hardware import GPUSpec
+from simbatch.catalog.models import ModelSpec
 from simbatch.costmodel.base import AttnWork, StepCost, StepWork
 from simbatch.costmodel.roofline import PricedByWork, RooflineCostModel
 from simbatch.errors import SimbatchError
-from simbatch.catalog.hardware import GPUSpec
-from simbatch.catalog.models import ModelSpec
 
 SCHEDULES = ("overlap", "drain", "round_robin")
 

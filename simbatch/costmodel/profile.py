@@ -36,6 +36,9 @@ from __future__ import annotations
 
 from operator import mul
 
+from simbatch.catalog.hardware import GPUSpec, get_gpu
+from simbatch.catalog.models import ModelSpec, get_model
+from simbatch.core.plan import StepPlan
 from simbatch.costmodel.base import StepCost
 from simbatch.costmodel.fit import FittedProfile
 from simbatch.costmodel.profile_moe import ProfileExperts, mlp_layer_weight
@@ -46,9 +49,6 @@ from simbatch.costmodel.roofline import (
     check_tensor_parallel,
     plan_work,
 )
-from simbatch.catalog.hardware import GPUSpec, get_gpu
-from simbatch.catalog.models import ModelSpec, get_model
-from simbatch.core.plan import StepPlan
 
 # The roofline's counting (plan_work, counts, attn_seconds) is reused on purpose: its
 # counting of tokens, pairs, KV reads, FLOPs and bytes stays the one definition.

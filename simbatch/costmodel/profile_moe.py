@@ -36,10 +36,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from simbatch.costmodel.fit import TokenCurve
-from simbatch.costmodel.routing import ExpertLoad
 from simbatch.catalog.hardware import GPUSpec
 from simbatch.catalog.models import ModelSpec
+from simbatch.costmodel.fit import TokenCurve
+from simbatch.costmodel.routing import ExpertLoad
 
 # The dense model a profile for a mixture of experts measured: these fields off.
 _MOE_OFF = {"num_experts": 0, "experts_per_token": 0, "moe_intermediate_size": 0,

@@ -21,12 +21,12 @@ from operator import add, mul
 
 import numpy as np
 
-from simbatch.costmodel.base import NO_ATTN, AttnWork, StepCost, StepWork
-from simbatch.costmodel.routing import ExpertLoad
-from simbatch.errors import SimbatchError
 from simbatch.catalog.hardware import GPUSpec, get_gpu
 from simbatch.catalog.models import ModelSpec, get_model
 from simbatch.core.plan import StepPlan
+from simbatch.costmodel.base import NO_ATTN, AttnWork, StepCost, StepWork
+from simbatch.costmodel.routing import ExpertLoad
+from simbatch.errors import SimbatchError
 
 DEFAULT_PARAMS: dict[str, float] = {
     # Linear layers, FITTED (least squares on log time, all TP1 rows up to 4096

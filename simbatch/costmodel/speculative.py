@@ -16,9 +16,9 @@ verify step's, once).
 
 from __future__ import annotations
 
+from simbatch.core.plan import StepPlan
 from simbatch.costmodel.base import StepCost
 from simbatch.costmodel.roofline import RooflineCostModel
-from simbatch.core.plan import StepPlan
 
 
 class SpeculativeCostModel:

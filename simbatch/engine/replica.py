@@ -13,13 +13,13 @@ from __future__ import annotations
 import simpy
 
 from simbatch.control import control_tick
+from simbatch.core.eventlog import EventLog
+from simbatch.core.plan import StepPlan
+from simbatch.core.sequence import FINISHED, Sequence
 from simbatch.costmodel.base import CostModel
 from simbatch.engine.decode_group import DecodeGroup
 from simbatch.engine.fast_forward import mixed_run, padded_run
-from simbatch.core.eventlog import EventLog
-from simbatch.core.plan import StepPlan
 from simbatch.policies.base import Policy
-from simbatch.core.sequence import FINISHED, Sequence
 
 
 class Replica:

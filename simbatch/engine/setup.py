@@ -7,19 +7,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from simbatch.catalog.hardware import GPUSpec, get_gpu
+from simbatch.catalog.kv_budget import KVBudget, size_budget
+from simbatch.catalog.links import get_link
+from simbatch.catalog.models import ModelSpec
+from simbatch.core.eventlog import EventLog
+from simbatch.core.kvcache import reserved_tokens
+from simbatch.core.sequence import FINISHED, Sequence
 from simbatch.costmodel import build_cost_model
 from simbatch.costmodel.pipeline import largest_stage_share
 from simbatch.costmodel.roofline import check_tensor_parallel, linear_rate
 from simbatch.engine.replica import Replica
 from simbatch.errors import SimbatchError
-from simbatch.core.eventlog import EventLog
-from simbatch.catalog.hardware import GPUSpec, get_gpu
-from simbatch.catalog.kv_budget import KVBudget, size_budget
-from simbatch.core.kvcache import reserved_tokens
-from simbatch.catalog.links import get_link
-from simbatch.catalog.models import ModelSpec
 from simbatch.scenario.spec import Scenario
-from simbatch.core.sequence import FINISHED, Sequence
 from simbatch.scenario.speculative import describe as describe_speculative
 from simbatch.scenario.speculative import drafter_memory
 from simbatch.workload import Workload

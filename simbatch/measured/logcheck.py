@@ -17,10 +17,10 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from simbatch.errors import SimbatchError
 from simbatch.core.horizon import MAX_TIME_S
-from simbatch.measured.run import MeasuredRun
+from simbatch.errors import SimbatchError
 from simbatch.files.textfile import read_text, regular_file
+from simbatch.measured.run import MeasuredRun
 from simbatch.workload.readers import MAX_COUNT
 
 Fail = Callable[[int, str], None]  # fail(entry index, cause): raises

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simbatch.errors import fail
 from simbatch.core.eventlog import EventLog
+from simbatch.errors import fail
 from simbatch.metrics.columns import Columns, column, to_frame
 from simbatch.metrics.steps import step_columns
 from simbatch.workload.request import Workload

@@ -11,12 +11,12 @@ import math
 
 import numpy as np
 
-from simbatch.errors import fail
 from simbatch.core.eventlog import EventLog
+from simbatch.core.prefix_cache import prefix_cache_summary
+from simbatch.errors import fail
 from simbatch.metrics.columns import column, num_rows
 from simbatch.metrics.requests import TokenRuns, itl_pool, request_columns, token_runs
 from simbatch.metrics.steps import step_columns
-from simbatch.core.prefix_cache import prefix_cache_summary
 from simbatch.workload.request import Workload
 
 SUMMARY_KEYS = (

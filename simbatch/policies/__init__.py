@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simbatch.errors import SimbatchError
 from simbatch.core.params import parse_params
+from simbatch.errors import SimbatchError
 from simbatch.policies.base import Policy
 from simbatch.policies.registry import POLICIES, load_policy_file, register_policy
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 from simbatch.core.params import require
 from simbatch.core.plan import StepPlan
-from simbatch.policies.iteration import IterationParams, IterationPolicy
 from simbatch.core.sequence import RUNNING, Sequence
+from simbatch.policies.iteration import IterationParams, IterationPolicy
 
 DEFAULT_BUDGET = 2048  # vLLM v1's API-server max_num_batched_tokens on A100-class GPUs
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 
 from simbatch.core.params import require
 from simbatch.core.plan import StepPlan
-from simbatch.policies.iteration import IterationParams, IterationPolicy
 from simbatch.core.sequence import RUNNING, Sequence
+from simbatch.policies.iteration import IterationParams, IterationPolicy
 
 DEFAULT_MIN_BUDGET = 2048  # vLLM V0: "If max_model_len is too short, use 2048 as the default value"
 

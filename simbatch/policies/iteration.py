@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 from simbatch.core.params import require
 from simbatch.core.plan import StepPlan
+from simbatch.core.sequence import FINISHED, RUNNING, Sequence
 from simbatch.policies.base import Policy
 from simbatch.policies.queue_order import QueueOrder, check_queue_params
-from simbatch.core.sequence import FINISHED, RUNNING, Sequence
 
 
 @dataclass(frozen=True)

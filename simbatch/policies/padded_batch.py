@@ -13,8 +13,8 @@ from __future__ import annotations
 from itertools import islice
 
 from simbatch.core.plan import StepPlan
-from simbatch.policies.base import Policy
 from simbatch.core.sequence import FINISHED, RUNNING, Sequence
+from simbatch.policies.base import Policy
 
 
 class PaddedBatch:

@@ -17,12 +17,12 @@ from pathlib import Path
 
 from simbatch.errors import SimbatchError
 from simbatch.files.outpaths import check_path_name
+from simbatch.files.textfile import read_text
 from simbatch.policies.base import Policy
 from simbatch.policies.chunked_prefill import ChunkedPrefillPolicy
 from simbatch.policies.continuous import ContinuousPolicy
 from simbatch.policies.dynamic import DynamicPolicy
 from simbatch.policies.static import StaticPolicy
-from simbatch.files.textfile import read_text
 
 BUILTIN = (StaticPolicy, DynamicPolicy, ContinuousPolicy, ChunkedPrefillPolicy)
 BUILTIN_KINDS = tuple(cls.kind for cls in BUILTIN)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from simbatch.errors import SimbatchError
 from simbatch.core.plan import StepPlan
 from simbatch.core.sequence import Sequence
+from simbatch.errors import SimbatchError
 
 DEFAULT_TOKEN_BUDGET = 8192  # tokens per step for policies without max_num_batched_tokens (padded batches)
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from itertools import islice
 
 from simbatch.core.params import require
-from simbatch.policies.padded_batch import BatchPolicy
 from simbatch.core.sequence import Sequence
+from simbatch.policies.padded_batch import BatchPolicy
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simbatch.files.bundled import bundled_dir
 from simbatch.errors import SimbatchError
-from simbatch.report.parquet_table import read_parquet
-from simbatch.scenario.spec import read_yaml
+from simbatch.files.bundled import bundled_dir
 from simbatch.files.textfile import read_text
 from simbatch.files.yamlio import load_yaml
+from simbatch.report.parquet_table import read_parquet
+from simbatch.scenario.spec import read_yaml
 
 RUN_FILES = ("summary.json", "requests.csv", "steps.csv")  # or the tables as .parquet (table_path)
 # Same order as simbatch.api.POLICY_ORDER (not imported: that would load the engine).

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from simbatch.policies.routers import ROUTERS
-from simbatch.costmodel.pipeline import SCHEDULES
-from simbatch.errors import SimbatchError
 from simbatch.catalog.links import Link, get_link
 from simbatch.catalog.models import EXPERT_DISPATCHES
 from simbatch.core.params import MAX_MICRO_BATCHES, MAX_REPLICAS, parse_params, require
+from simbatch.costmodel.pipeline import SCHEDULES
+from simbatch.errors import SimbatchError
 from simbatch.policies import PolicySpec, parse_policy_spec
+from simbatch.policies.routers import ROUTERS
 
 LAYOUTS = ("colocated", "disaggregated")
 TRANSFER_MODES = ("push", "pull")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from simbatch.errors import SimbatchError
 from simbatch.catalog.models import ModelSpec
+from simbatch.errors import SimbatchError
 
 # Scenario names -> ModelSpec formats ("none": the model's own 16-bit dtype).
 WEIGHT_FORMATS = {"bf16": "none", "fp16": "none", "fp8": "fp8", "int8": "int8", "int4": "int4"}

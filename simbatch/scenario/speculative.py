@@ -27,9 +27,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from simbatch.errors import SimbatchError
 from simbatch.catalog.models import ModelSpec, get_model
 from simbatch.core.params import parse_params, require
+from simbatch.errors import SimbatchError
 
 METHODS = ("draft_model", "eagle", "ngram")
 POLICIES = ("continuous", "chunked_prefill")  # iteration-level: a verify step is a decode step

@@ -17,9 +17,9 @@ from __future__ import annotations
 import copy
 from typing import Callable
 
-from simbatch.scenario.dotted import set_dotted
 from simbatch.errors import SimbatchError
 from simbatch.files.outpaths import check_path_name
+from simbatch.scenario.dotted import set_dotted
 
 # What `simbatch compare --out DIR [--report]` writes beside the run folders: no variant may take
 # these names (a variant's folder would replace the table, or the table the variant's folder).

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 
 from simbatch.errors import SimbatchError
 from simbatch.policies import POLICIES
-from simbatch.scenario.spec import Scenario, parse_value, policy_knobs, set_dotted
+from simbatch.scenario.dotted import set_dotted
+from simbatch.scenario.overrides import parse_value, policy_knobs
+from simbatch.scenario.spec import Scenario
 
 SECTION_KEYS = ("grid", "seeds")
 ID_LENGTH = 12  # hex digits of sha256 kept in a run id
@@ -167,7 +169,7 @@ def run_id(data: dict) -> str:
 
 def set_field(data: dict, key: str, value, label: str) -> None:
     """Set dotted ``key`` in ``data`` in place (a sweep point's value), creating sections on the way."""
-    # As in `compare` and `run --set policy.kind` (simbatch.scenario.spec.policy_knobs): a new
+    # As in `compare` and `run --set policy.kind` (simbatch.scenario.overrides.policy_knobs): a new
     # policy kind starts from the scenario's `policies.<kind>` knobs, else from that kind's
     # defaults, never from the old policy's.
     if key == "policy.kind" and (data.get("policy") or {}).get("kind") != value:

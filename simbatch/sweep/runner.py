@@ -20,12 +20,12 @@ from typing import Callable
 import pandas as pd
 import yaml
 
-from simbatch.errors import SimbatchError
-from simbatch.runs.executors import Executor, InlineExecutor
-from simbatch.metrics.summary import LATENCY_KEYS, SUMMARY_KEYS
-from simbatch.files.outpaths import check_path_name
 from simbatch.core.prefix_cache import PREFIX_CACHE_STATS
+from simbatch.errors import SimbatchError
+from simbatch.files.outpaths import check_path_name
+from simbatch.metrics.summary import LATENCY_KEYS, SUMMARY_KEYS
 from simbatch.report.outputs import atomic_write, json_safe
+from simbatch.runs.executors import Executor, InlineExecutor
 from simbatch.scenario.spec import Scenario, from_dict
 from simbatch.sweep.grid import Grid, Point, expand
 from simbatch.sweep.progress import Progress

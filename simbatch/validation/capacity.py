@@ -24,10 +24,10 @@ cut batches) is the same on both sides.
 
 from __future__ import annotations
 
-from simbatch.engine.setup import kv_blocks_per_replica
-from simbatch.errors import SimbatchError
 from simbatch.catalog.hardware import GPUSpec
 from simbatch.catalog.models import ModelSpec
+from simbatch.engine.setup import kv_blocks_per_replica
+from simbatch.errors import SimbatchError
 from simbatch.scenario.spec import Scenario
 from simbatch.workload import Workload
 

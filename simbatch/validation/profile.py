@@ -21,12 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from simbatch.costmodel import build_cost_model
-from simbatch.errors import SimbatchError
 from simbatch.catalog.hardware import GPUSpec
 from simbatch.catalog.machine import difference, machine_differences, machine_notes
 from simbatch.catalog.models import ModelSpec
 from simbatch.catalog.profiles import read_profile
+from simbatch.costmodel import build_cost_model
+from simbatch.errors import SimbatchError
 
 SCRATCH_PREFIX = "simbatch-validate-"  # the temporary folder of a profile calibrated for a validation
 

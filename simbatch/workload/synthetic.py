@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from simbatch.errors import SimbatchError
 from simbatch.core.params import MAX_INTEGER
+from simbatch.errors import SimbatchError
 from simbatch.workload.request import Workload
 from simbatch.workload.size import check_fits_in_memory
 

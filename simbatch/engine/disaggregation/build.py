@@ -10,6 +10,11 @@ from dataclasses import dataclass
 
 import simpy
 
+from simbatch.catalog.models import ModelSpec
+from simbatch.core.eventlog import EventLog
+from simbatch.core.prefix_cache import build_kv_cache, prefix_labels
+from simbatch.core.sequence import Sequence
+from simbatch.costmodel.pipeline import largest_stage_share
 from simbatch.engine.disaggregation.handoff import (
     DecodeKVCache,
     DecodeReplica,
@@ -17,27 +22,22 @@ from simbatch.engine.disaggregation.handoff import (
     PrefillReplica,
 )
 from simbatch.engine.dispatcher import serve_limits
-from simbatch.policies.routers import ROUTER_CLASSES, StepClock
 from simbatch.engine.setup import (
     ReplicaGroupSetup,
     RunResult,
     checked_budget,
     first_misfit,
-    held_tokens,
     flush_unfinished,
+    held_tokens,
     replica_backend,
 )
-from simbatch.costmodel.pipeline import largest_stage_share
-from simbatch.scenario.disaggregation import PIPELINE_FIELDS, POOLS
 from simbatch.errors import SimbatchError
-from simbatch.core.eventlog import EventLog
-from simbatch.catalog.models import ModelSpec
-from simbatch.core.prefix_cache import build_kv_cache, prefix_labels
-from simbatch.scenario.spec import Scenario, pool_model
-from simbatch.core.sequence import Sequence
+from simbatch.policies.routers import ROUTER_CLASSES, StepClock
+from simbatch.scenario.cluster import pool_model
+from simbatch.scenario.disaggregation import PIPELINE_FIELDS, POOLS
+from simbatch.scenario.spec import Scenario
 from simbatch.workload import Workload
 from simbatch.workload.size import check_fits_in_memory
-
 
 CLUSTER_FIELDS = ("tensor_parallel", *PIPELINE_FIELDS)  # a pool's fields that fall back to cluster's
 

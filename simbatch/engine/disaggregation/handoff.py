@@ -40,9 +40,9 @@ import copy
 import math
 from collections import deque
 
-from simbatch.engine.replica import Replica
 from simbatch.core.kvcache import KVCache
 from simbatch.core.sequence import FINISHED, Sequence
+from simbatch.engine.replica import Replica
 
 
 class PrefillReplica(Replica):
