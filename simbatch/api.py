@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from simbatch.errors import SimbatchError
-from simbatch.runs.executors import ProcessExecutor
 from simbatch.metrics import comparison_table
+from simbatch.policies.registry import POLICY_ORDER
+from simbatch.runs.executors import ProcessExecutor
+
 # One run's simulation and metrics live below this module (validation uses them too).
 # (public names; describe_run for callers)
 from simbatch.runs.one import RunOutput, check_scenario, describe_run, run  # noqa: F401
@@ -24,7 +26,6 @@ from simbatch.scenario.spec import Scenario, load_scenario
 if TYPE_CHECKING:  # pandas is imported where a table is built, never by ``simbatch run``
     import pandas as pd
 
-POLICY_ORDER = ("static", "dynamic", "continuous", "chunked_prefill")
 
 
 def run_policy(scenario: Scenario, kind: str) -> RunOutput:
@@ -91,10 +92,10 @@ def check_compare(scenario: Scenario, policies=None, routers=None, layouts=None,
     error names ``prefix`` + the option: ``--policies`` from the CLI, ``policies`` from Python):
     lists of known policy kinds, routers, layouts and the scenario's variants, a worker count >= 1.
     Returns ``(policies, routers, layouts, variants)`` as lists (None where not given)."""
-    from simbatch.scenario.disaggregation import LAYOUTS
-    from simbatch.runs.executors import check_jobs
     from simbatch.policies import policy_class
     from simbatch.policies.routers import check_router
+    from simbatch.runs.executors import check_jobs
+    from simbatch.scenario.disaggregation import LAYOUTS
 
     check_scenario(scenario)
     check_jobs(jobs, f"{prefix}jobs")

@@ -219,7 +219,7 @@ BAD = [
     ("  link: {latency_us: 3}\n", 14, "disaggregation.link.bandwidth_gbps", "missing"),
     ("  link: nvlink\n  prefill: {replicas: 0}\n", 15, "disaggregation.prefill.replicas", ">= 1"),
     ("  link: nvlink\n  decode: {policy: {kind: static}}\n", 15, "disaggregation.decode.policy.kind",
-     "continuous or chunked_prefill"),
+     "an iteration-level policy"),
     ("  link: nvlink\n  decode: {hardware: tpu-v9}\n", 15, "disaggregation.decode.hardware", "unknown GPU"),
     ("  link: nvlink\n  router: fastest\n", 15, "disaggregation.router", "unknown router"),
     ("  link: nvlink\n  layouts: [split]\n", 15, "disaggregation.layouts", "unknown layout"),

@@ -223,3 +223,47 @@ def test_check_fast_path_passes_a_kept_promise_and_catches_a_broken_one(tmp_path
         main(base + ["--policy-file", str(path), "--set", "policy.kind=false_promise"])
     assert exc.value.code == 1
     assert "fast path: DIFFERS from the step-by-step engine" in capsys.readouterr().err
+
+
+def test_example_policy_is_driven_by_the_slo_controller_as_continuous_batching_is():
+    """Capabilities follow the class (issue 34): the TGI example, a subclass of continuous
+    batching, was refused by the SLO controller, which accepted `continuous` by name. It now
+    inherits continuous batching's knob (max_num_seqs) and the controller turns it."""
+    (cls,) = load_policy_file(EXAMPLE)
+    data = {**scenario({"kind": "tgi", "max_num_seqs": 128}).data,
+            "slo": {"ttft_ms": 2000, "tpot_ms": 20},
+            "control": {"kind": "slo", "interval_s": 0.5, "window_s": 2.0, "min_value": 8, "max_value": 128}}
+    sc = from_dict(data)
+    assert sc.control is not None and sc.policy.cls is cls
+    log = simulate(sc).log
+    assert {row["knob"] for row in log.control_rows} == {"max_num_seqs"}
+    assert min(row["value"] for row in log.control_rows) < 128  # the tight TPOT target cut the cap
+    assert {"decrease", "increase"} <= {row["action"] for row in log.control_rows}
+    assert not [m for m in log.messages if "cannot drive" in m]
+
+
+def test_example_policy_verifies_speculative_drafts():
+    """Speculative decoding refused every kind but `continuous` and `chunked_prefill` by name; the
+    TGI example is iteration-level by class, so its decode steps verify drafts."""
+    load_policy_file(EXAMPLE)
+    data = scenario({"kind": "tgi"}).data
+    plain = simulate(from_dict(data))
+    spec = simulate(from_dict({**data, "speculative": {"method": "eagle", "num_speculative_tokens": 3,
+                                                       "acceptance_rate": 0.8}}))
+    stats = spec.log.speculation
+    assert stats["verify_steps"] > 0 and stats["accepted"] > 0
+    assert len(spec.log.step_table()["start_s"]) < len(plain.log.step_table()["start_s"])
+
+
+def test_a_padded_batch_subclass_is_still_refused_by_speculative_decoding():
+    """The rule is the class, not a list of names: a subclass of the static batcher stays padded."""
+    from simbatch.policies.static import StaticPolicy
+
+    class Padded(StaticPolicy):
+        kind = "padded_example"
+
+    register_policy(Padded)
+    data = {**scenario({"kind": "padded_example"}).data,
+            "speculative": {"method": "eagle", "num_speculative_tokens": 3, "acceptance_rate": 0.8}}
+    with pytest.raises(SimbatchError, match="iteration-level policy .* not padded_example"):
+        from_dict(data)

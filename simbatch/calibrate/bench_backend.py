@@ -49,9 +49,9 @@ import numpy as np
 import torch
 
 from simbatch.calibrate.timing import Stats, summarize
-from simbatch.costmodel.profile import canonical_plan
 from simbatch.catalog.models import ModelSpec
 from simbatch.catalog.profiles import measurement_row
+from simbatch.costmodel.profile import canonical_plan
 
 BLOCK_SIZE = 16
 # (decode batch sizes, decode contexts, prefill chunks, prefill contexts, mixed (decodes, chunk) pairs)
@@ -154,10 +154,9 @@ def bench_engine_overhead(backend, spec: ModelSpec, seed: int,
                           progress: Callable[[str], None] = lambda _: None) -> list[dict]:
     """``step_overhead`` rows: the engine's time between steps by running requests, from a
     wall-clock run of the real engine (continuous batching) on this backend."""
-    from simbatch.scenario.spec import from_dict
-    from simbatch.engine.realtime import run_realtime
-
     from simbatch.catalog.models import DEPLOYMENT_FIELDS
+    from simbatch.engine.realtime import run_realtime
+    from simbatch.scenario.spec import from_dict
 
     # The spec's fields as a model entry; how experts are laid out is the cluster's, not the model's.
     model = {k: v for k, v in dataclasses.asdict(spec).items() if k not in DEPLOYMENT_FIELDS}
@@ -184,8 +183,8 @@ def bench_engine_overhead(backend, spec: ModelSpec, seed: int,
 def build_step_backend(spec: ModelSpec, dev: torch.device, dtype_name: str, quick: bool, seed: int,
                        threads: int, free_bytes: float):
     """(a warmed-up :class:`TorchBackend` with room for the largest calibration plan, the plans)."""
-    from simbatch.backends.torch_backend import TorchBackend
     from simbatch.backends.device import DTYPES
+    from simbatch.backends.torch_backend import TorchBackend
 
     element = torch.empty((), dtype=DTYPES[dtype_name]).element_size()
     free = free_bytes - spec.num_params * element

@@ -12,15 +12,6 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from simbatch.version import __version__
-from simbatch.calibrate.bench_attention import bench_decode, bench_prefill
-from simbatch.calibrate.bench_backend import (
-    bench_engine_overhead,
-    bench_steps,
-    build_step_backend,
-)
-from simbatch.calibrate.bench_linear import bench_linear
-from simbatch.calibrate.bench_misc import bench_allreduce, bench_misc
 from simbatch.backends.device import (
     DTYPES,
     available_cores,
@@ -30,13 +21,22 @@ from simbatch.backends.device import (
     resolve_device,
 )
 from simbatch.backends.torch_layers import build_layer
+from simbatch.calibrate.bench_attention import bench_decode, bench_prefill
+from simbatch.calibrate.bench_backend import (
+    bench_engine_overhead,
+    bench_steps,
+    build_step_backend,
+)
+from simbatch.calibrate.bench_linear import bench_linear
+from simbatch.calibrate.bench_misc import bench_allreduce, bench_misc
 from simbatch.calibrate.points import make_grid
 from simbatch.calibrate.timing import Timer
 from simbatch.calibrate.verdict import check_overwrite
-from simbatch.sweep.progress import StatusLine, format_duration
-from simbatch.errors import SimbatchError
 from simbatch.catalog.models import ModelSpec
 from simbatch.catalog.profiles import FORMAT, Profile, check_destination, write_profile
+from simbatch.errors import SimbatchError
+from simbatch.sweep.progress import StatusLine, format_duration
+from simbatch.version import __version__
 
 PROFILES_DIR = Path("calibration") / "profiles"
 # Per-layer weights above which a CPU calibration takes long enough to warn about
@@ -166,9 +166,9 @@ def speed_probe_row(backend) -> dict:
     """The ``speed_probe`` row: the machine-speed probe's forward pass now
     (:mod:`simbatch.calibrate.probe`), so that a validation can say how much faster or slower
     the machine runs than when this profile was measured."""
+    from simbatch.calibrate.probe import PROBE_S, probe_contexts, probe_times
     from simbatch.calibrate.timing import summarize
     from simbatch.catalog.profiles import measurement_row
-    from simbatch.calibrate.probe import PROBE_S, probe_contexts, probe_times
 
     contexts = probe_contexts(backend.spec.max_context)
     return measurement_row("speed_probe", len(contexts), summarize(probe_times(backend, contexts, PROBE_S)),

@@ -137,13 +137,15 @@ def v1_scheduler_defaults(preset: str, gpu_name: str, gpu_memory_bytes: float) -
     return {"max_num_batched_tokens": tokens, "max_num_seqs": seqs}
 
 
-def with_engine_defaults(policy: dict, engine_spec, gpu_name: str, gpu_memory_bytes: float) -> dict:
+def with_engine_defaults(policy: dict, engine_spec, gpu_name: str, gpu_memory_bytes: float,
+                         chunked: bool) -> dict:
     """``policy`` (a scenario's ``policy:`` mapping) with the knobs it leaves out filled by the
     engine release's defaults: a vLLM V1 preset's scheduler budget and sequence cap for a
-    ``chunked_prefill`` policy (:func:`v1_scheduler_defaults`); other policies unchanged."""
+    chunked-prefill policy (``chunked``: the policy's class is chunked prefill's or a subclass;
+    :func:`v1_scheduler_defaults`); other policies unchanged."""
     preset = engine_spec.get("preset") if isinstance(engine_spec, dict) else engine_spec
     defaults = v1_scheduler_defaults(preset, gpu_name, gpu_memory_bytes) if isinstance(preset, str) else None
-    if not defaults or policy.get("kind") != "chunked_prefill":
+    if not defaults or not chunked:
         return policy
     budget_given = any(k in policy for k in ("max_num_batched_tokens", "chunk_size"))
     filled = {k: v for k, v in defaults.items() if k not in policy

@@ -11,10 +11,10 @@ policy's parameters. Its decisions are logged as the run's control trajectory.
 from __future__ import annotations
 
 from simbatch.control.delay import AdaptiveDelay
-from simbatch.control.params import KNOBS, ControlParams, parse_control
+from simbatch.control.params import ControlParams, controller_knob, parse_control
 from simbatch.control.slo import SLOController
 
-__all__ = ["KNOBS", "AdaptiveDelay", "ControlParams", "SLOController", "attach_controller", "parse_control"]
+__all__ = ["AdaptiveDelay", "ControlParams", "SLOController", "attach_controller", "controller_knob", "parse_control"]
 
 CONTROL_COLUMNS = ("time_s", "replica", "knob", "value", "action", "ttft_ms", "tpot_ms", "busy")
 
@@ -27,12 +27,12 @@ def attach_controller(replica, params: ControlParams | None, slo: dict) -> None:
     policy = replica.policy
     if params is None:
         return
-    if (params.kind, policy.kind) not in KNOBS:
+    knob = controller_knob(params.kind, type(policy))
+    if knob is None:
         if replica.index == 0:
             replica.log.note(f"control: a {params.kind} controller cannot drive a {policy.kind} policy; "
                              f"ran without it")
         return
-    knob = KNOBS[(params.kind, policy.kind)]
     if params.kind == "slo":
         controller = SLOController(params, policy, knob, slo, replica.log, replica.index)
         replica.window = controller.window

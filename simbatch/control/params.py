@@ -8,12 +8,22 @@ from simbatch.core.params import parse_params, require
 from simbatch.errors import SimbatchError
 
 KINDS = ("slo", "adaptive_delay")
-# What each controller turns, per policy kind (the knob keeps the policy's own name).
-KNOBS = {
-    ("slo", "continuous"): "max_num_seqs",
-    ("slo", "chunked_prefill"): "max_num_batched_tokens",
-    ("adaptive_delay", "dynamic"): "max_queue_delay_us",
-}
+
+
+def controller_knob(controller: str, policy_cls) -> str | None:
+    """The knob controller ``controller`` turns on policy class ``policy_cls``: the class's own
+    ``knobs`` (inherited by its subclasses, such as the TGI example from continuous batching),
+    when its ``Params`` has that field; None when this controller cannot drive it."""
+    knob = getattr(policy_cls, "knobs", {}).get(controller)
+    fields = getattr(getattr(policy_cls, "Params", None), "__dataclass_fields__", {})
+    return knob if knob in fields else None
+
+
+def drivable(controller: str) -> list[str]:
+    """The registered policy kinds ``controller`` can drive (for messages)."""
+    from simbatch.policies.registry import POLICIES
+
+    return [kind for kind, cls in POLICIES.items() if controller_knob(controller, cls)]
 
 
 @dataclass(frozen=True)
@@ -58,18 +68,19 @@ class ControlParams:
             require(self.min_value <= self.max_value, "min_value", "must be <= max_value")
 
 
-def parse_control(spec: dict | None, policy_kind: str, slo: dict, where: str) -> ControlParams | None:
-    """The checked ``control:`` section (None when absent or ``enabled: false``)."""
+def parse_control(spec: dict | None, policy_cls, slo: dict, where: str) -> ControlParams | None:
+    """The checked ``control:`` section (None when absent or ``enabled: false``), for a policy
+    of class ``policy_cls``."""
     if spec is None:
         return None
     spec = dict(spec)
     if not spec.pop("enabled", True):
         return None
     params = parse_params(ControlParams, spec, where)
-    knob = KNOBS.get((params.kind, policy_kind))
-    if knob is None:
-        allowed = ", ".join(f"{k} with {p}" for k, p in KNOBS)
-        raise SimbatchError(f"{where}.kind", f"{params.kind!r} cannot drive a {policy_kind} policy; allowed: {allowed}")
+    if controller_knob(params.kind, policy_cls) is None:
+        allowed = "; ".join(f"{k} with {' or '.join(drivable(k)) or 'none'}" for k in KINDS)
+        raise SimbatchError(f"{where}.kind", f"{params.kind!r} cannot drive a {policy_cls.kind} policy; "
+                                             f"allowed: {allowed}")
     if params.kind == "slo" and not (params.ttft_ms or params.tpot_ms or slo.get("ttft_ms") or slo.get("tpot_ms")):
         raise SimbatchError(where, "an slo controller needs a TTFT or TPOT target (control.ttft_ms / tpot_ms or slo:)")
     return params

@@ -28,8 +28,10 @@ from operator import mul
 import numpy as np
 import pandas as pd
 
+from simbatch.catalog.hardware import GPUSpec, get_gpu
+from simbatch.catalog.models import ModelSpec, get_model
+from simbatch.core.plan import StepPlan
 from simbatch.costmodel.fit import FittedProfile, _nnls, column, fit_profile
-from simbatch.costmodel.profile_moe import measured_twin
 from simbatch.costmodel.profile import (
     BACKEND_FEATURES,
     GEMMS,
@@ -39,11 +41,9 @@ from simbatch.costmodel.profile import (
     canonical_plan,
     profile_origin,
 )
+from simbatch.costmodel.profile_moe import measured_twin
 from simbatch.costmodel.roofline import DEFAULT_PARAMS, RooflineCostModel, check_tensor_parallel
 from simbatch.errors import SimbatchError
-from simbatch.catalog.hardware import GPUSpec, get_gpu
-from simbatch.catalog.models import ModelSpec, get_model
-from simbatch.core.plan import StepPlan
 
 # A calibration plan whose fitted error exceeds both of these (relative; x the median error) is
 # left out of the refit: on a shared CPU another process can stall a whole plan's repeats.

@@ -23,12 +23,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simbatch.version import __version__
-from simbatch.costmodel.fit import pool_adjacent_violators
-from simbatch.errors import SimbatchError
 from simbatch.catalog.hardware import get_gpu
 from simbatch.catalog.models import ModelSpec, get_model
 from simbatch.catalog.profiles import Profile
+from simbatch.costmodel.fit import pool_adjacent_violators
+from simbatch.errors import SimbatchError
+from simbatch.version import __version__
 
 VIDUR_COMMIT = "7d47513363ec447a741ac5e47241580b47724fbf"
 CITATION = (f"Vidur (microsoft/vidur, MLSys 2024), data/profiling/ at commit {VIDUR_COMMIT[:7]}, "

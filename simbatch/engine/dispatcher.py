@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import simpy
 
-from simbatch.policies.routers import RoundRobinRouter, Router
 from simbatch.core.eventlog import EventLog
 from simbatch.core.prefix_cache import prefix_labels
 from simbatch.core.sequence import Sequence
+from simbatch.policies.routers import RoundRobinRouter, Router
 from simbatch.workload import Workload
 
 NO_LIMIT = float("inf")

@@ -7,26 +7,26 @@ from dataclasses import replace
 
 import simpy
 
+from simbatch.catalog.models import ModelSpec
 from simbatch.control import attach_controller
-from simbatch.engine.dispatcher import dispatch
+from simbatch.core.eventlog import EventLog
+from simbatch.core.prefix_cache import build_kv_cache
+from simbatch.core.sequence import Sequence
 from simbatch.engine.disaggregation.build import simulate_disaggregated
+from simbatch.engine.dispatcher import dispatch
 from simbatch.engine.replica import Replica
-from simbatch.policies.routers import ROUTER_CLASSES, StepClock
 from simbatch.engine.setup import (
     ReplicaGroupSetup,
     RunResult,
-    checked_budget,
     check_requests_fit,
+    checked_budget,
     flush_unfinished,
     group_backend,
     group_field,
     speculative_backend,
 )
-from simbatch.core.eventlog import EventLog
-from simbatch.catalog.models import ModelSpec
-from simbatch.core.prefix_cache import build_kv_cache
+from simbatch.policies.routers import ROUTER_CLASSES, StepClock
 from simbatch.scenario.spec import Scenario
-from simbatch.core.sequence import Sequence
 from simbatch.scenario.speculative import Acceptance
 from simbatch.workload import Workload
 from simbatch.workload.size import check_fits_in_memory

@@ -10,8 +10,8 @@ from simbatch.measured.readers import (
     FORMATS,
     detect_measured_format,
     read_distserve,
-    read_generic_run,
     read_genai_perf,
+    read_generic_run,
     read_measured,
     read_vllm,
 )

@@ -31,6 +31,10 @@ class Policy:
     # Whether the engine may fast-forward this policy (steady_decode, schedule_chunks,
     # next_plan_reads_running). Never inherited: see __init_subclass__.
     fast_path: ClassVar[bool] = False
+    # What an online controller turns on this policy, by controller kind (simbatch.control):
+    # {"slo": "max_num_seqs"}. Inherited: a subclass whose Params keep the field is driven
+    # alike (the TGI example under the SLO controller); one declares {} to opt out.
+    knobs: ClassVar[dict[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs):
         # A fast-path promise covers the scheduling code written beside it. A subclass

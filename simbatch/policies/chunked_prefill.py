@@ -78,6 +78,7 @@ class ChunkedPrefillPolicy(IterationPolicy):
 
     kind = "chunked_prefill"
     Params = ChunkedPrefillParams
+    knobs = {"slo": "max_num_batched_tokens"}  # the SLO controller turns the step's token budget
     # The engine's fast path may run the decodes lazily and ask only for the
     # chunks (schedule_chunks), since decodes never depend on the chunks.
     mixes_chunks = True

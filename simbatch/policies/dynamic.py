@@ -47,6 +47,7 @@ class DynamicPolicy(BatchPolicy):
     """Triton's dynamic batcher over a run-to-completion padded model."""
 
     kind = "dynamic"
+    knobs = {"adaptive_delay": "max_queue_delay_us"}  # the queue delay follows the load
     # select() only forms batches; a started batch decodes on (BatchPolicy.steady_decode)
     fast_path = True
     Params = DynamicParams

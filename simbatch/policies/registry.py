@@ -26,6 +26,9 @@ from simbatch.policies.static import StaticPolicy
 
 BUILTIN = (StaticPolicy, DynamicPolicy, ContinuousPolicy, ChunkedPrefillPolicy)
 BUILTIN_KINDS = tuple(cls.kind for cls in BUILTIN)
+# The order in which compare's tables, the reports' figures and validation show the built-in
+# kinds (as the lessons go: static, dynamic, continuous, chunked prefill); defined here only.
+POLICY_ORDER = BUILTIN_KINDS
 POLICIES: dict[str, type[Policy]] = {cls.kind: cls for cls in BUILTIN}
 # resolved path -> the classes it registered
 _LOADED: dict[str, list[type[Policy]]] = {}

@@ -30,7 +30,6 @@ from simbatch.report.load import (
 from simbatch.report.table import comparison_cells
 
 
-
 @dataclass
 class Figure:
     """One rendered figure: file stem, caption (also the image's alt text) and PNG bytes."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import math
 
-from simbatch.report.load import POLICY_ORDER
+from simbatch.policies.registry import POLICY_ORDER
 from simbatch.report.palette import policy_colour
 
 LINE_STYLES = ("-", "--", "-.", ":")

@@ -15,13 +15,14 @@ import heapq
 import numpy as np
 import pandas as pd
 
+from simbatch.policies import POLICIES
+from simbatch.policies.padded_batch import BatchPolicy
 from simbatch.report.figures_common import new_figure
 from simbatch.report.load import RunData
 
 WINDOW_STEPS = 150  # steps of replica 0 drawn...
 WHOLE_RUN_STEPS = 400  # ...unless the whole run is this short
 MAX_ROWS = 48
-PADDED_KINDS = ("static", "dynamic")
 PHASES = {  # colour and hatch per phase: apart in colour, in grayscale and by texture
     "prefill": ("#D55E00", "////"),
     "decode": ("#56B4E9", ""),
@@ -89,13 +90,20 @@ def window(run: RunData) -> tuple[pd.DataFrame, pd.DataFrame]:
     steps = all_steps if len(all_steps) <= WHOLE_RUN_STEPS else all_steps.iloc[:WINDOW_STEPS]
     t1 = float(steps["end_s"].max())
     reqs = run.requests[(run.requests["replica"] == 0) & (run.requests["first_scheduled_s"] < t1)]
-    return steps, assign_slots(reqs, all_steps, run.kind in PADDED_KINDS)
+    return steps, assign_slots(reqs, all_steps, padded_kind(run.kind))
+
+
+def padded_kind(kind: str) -> bool:
+    """Whether policy ``kind`` runs padded batches to completion (a :class:`BatchPolicy`: static,
+    dynamic or a subclass); a kind this process has not registered is drawn as iteration-level."""
+    cls = POLICIES.get(kind)
+    return isinstance(cls, type) and issubclass(cls, BatchPolicy)
 
 
 def _draw_run(ax, run: RunData, steps: pd.DataFrame, slots: pd.DataFrame) -> None:
     """Draw one policy's timeline over ``steps``."""
     t1 = float(steps["end_s"].max())
-    padded = run.kind in PADDED_KINDS
+    padded = padded_kind(run.kind)
     rows = int(slots["slot"].max()) + 1 if len(slots) else 1
     shown = slots[slots["slot"] < MAX_ROWS]
     for phase, lo, hi in (("prefill", "start", "first_token"), ("decode", "first_token", "finish"),

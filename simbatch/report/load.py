@@ -28,12 +28,11 @@ from simbatch.errors import SimbatchError
 from simbatch.files.bundled import bundled_dir
 from simbatch.files.textfile import read_text
 from simbatch.files.yamlio import load_yaml
+from simbatch.policies.registry import POLICY_ORDER
 from simbatch.report.parquet_table import read_parquet
 from simbatch.scenario.spec import read_yaml
 
 RUN_FILES = ("summary.json", "requests.csv", "steps.csv")  # or the tables as .parquet (table_path)
-# Same order as simbatch.api.POLICY_ORDER (not imported: that would load the engine).
-POLICY_ORDER = ("static", "dynamic", "continuous", "chunked_prefill")
 # Only the step columns the figures use: a 380k-step run reads in well under a second.
 STEP_COLUMNS = ("replica", "start_s", "end_s", "duration_s", "num_seqs", "num_slots", "prefill_tokens",
                 "decode_tokens", "padded_tokens", "kv_used_blocks", "num_waiting")

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simbatch.errors import SimbatchError
+
 # The marker and what may be replaced live with the output checks (simbatch.files.outpaths); names of this module too.
 from simbatch.files.outpaths import KNOWN_OUTPUTS, MARKER, check_path_name, output_kind, refusal, replaceable  # noqa: F401
 from simbatch.report.csv_table import write_csv as _write_csv  # tests replace it here

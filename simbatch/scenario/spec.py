@@ -17,11 +17,12 @@ import yaml
 from simbatch.catalog.hardware import GPUSpec, get_gpu
 from simbatch.catalog.models import ModelSpec, get_model
 from simbatch.catalog.servers import EngineParams, parse_engine, with_engine_defaults
-from simbatch.control.params import KNOBS, ControlParams, parse_control
+from simbatch.control.params import ControlParams, controller_knob, parse_control
 from simbatch.core.params import parse_params
 from simbatch.errors import SimbatchError
 from simbatch.files.yamlio import compose, load_yaml, read_text
-from simbatch.policies import PolicySpec, parse_policy, parse_policy_spec
+from simbatch.policies import PolicySpec, parse_policy, parse_policy_spec, policy_class
+from simbatch.policies.chunked_prefill import ChunkedPrefillPolicy
 from simbatch.scenario.cluster import ClusterParams, apply_expert_layout, parse_cluster
 from simbatch.scenario.disaggregation import DisaggregationParams, parse_disaggregation
 from simbatch.scenario.overrides import override, policy_knobs
@@ -121,7 +122,8 @@ class Scenario:
                 del group["policy"]
         control = data.get("control")
         if isinstance(control, dict):  # a controller that cannot drive this policy is dropped
-            if (control.get("kind", "slo"), kind) not in KNOBS:
+            new_cls = policy_class({"kind": kind}, f"{self.source}: policy")
+            if controller_knob(control.get("kind", "slo"), new_cls) is None:
                 del data["control"]
         for name in ("prefill", "decode"):  # a disaggregated pool's own policy: the same rule
             pool = (data.get("disaggregation") or {}).get(name)
@@ -191,7 +193,9 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
     gpu = get_gpu(data["hardware"], f"{source}: hardware")
     # An engine release's scheduler defaults fill the knobs the policy leaves out (vLLM V1's budget
     # and sequence cap by GPU: simbatch.catalog.servers), in the data itself, so reports show what ran.
-    data = {**data, "policy": with_engine_defaults(data["policy"], data.get("engine"), gpu.name, gpu.memory_bytes)}
+    chunked = issubclass(policy_class(data["policy"], f"{source}: policy"), ChunkedPrefillPolicy)
+    data = {**data, "policy": with_engine_defaults(data["policy"], data.get("engine"), gpu.name, gpu.memory_bytes,
+                                                   chunked)}
     policy = parse_policy_spec(data["policy"], source, max_context=model.max_context)
     policies = data.get("policies") or {}
     if not isinstance(policies, dict):
@@ -207,7 +211,7 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
     model = apply_quantization(model, data.get("quantization"), f"{source}: quantization")
     # checked against the policy it will drive
     slo = parse_params(SLOParams, data.get("slo"), f"{source}: slo")
-    control = parse_control(data.get("control"), policy.kind, slo.as_dict(), f"{source}: control")
+    control = parse_control(data.get("control"), policy.cls, slo.as_dict(), f"{source}: control")
     cluster = parse_cluster(data.get("cluster"), f"{source}: cluster")
     group_policies = tuple(
         policy if group.policy is None else
@@ -245,7 +249,7 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
 def _speculative(data: dict, model: ModelSpec, policies, disaggregation, cluster, source: str, base_dir):
     """The ``speculative`` section and its drafter's model (both None when absent or off)."""
     where = f"{source}: speculative"
-    params = parse_speculative(data.get("speculative"), [p.kind for p in policies], where)
+    params = parse_speculative(data.get("speculative"), [p.cls for p in policies], where)
     if params is None:
         return None, None
     if disaggregation is not None and disaggregation.enabled:

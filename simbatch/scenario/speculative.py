@@ -30,9 +30,9 @@ import numpy as np
 from simbatch.catalog.models import ModelSpec, get_model
 from simbatch.core.params import parse_params, require
 from simbatch.errors import SimbatchError
+from simbatch.policies.iteration import IterationPolicy
 
 METHODS = ("draft_model", "eagle", "ngram")
-POLICIES = ("continuous", "chunked_prefill")  # iteration-level: a verify step is a decode step
 _STREAM = 0x5BEC  # keeps these draws apart from every other use of the scenario's seed
 
 
@@ -113,18 +113,21 @@ def _acceptance(value) -> tuple[float, float]:
     return float(mean), float(std)
 
 
-def parse_speculative(spec, policy_kinds, where: str) -> SpeculativeParams | None:
-    """The ``speculative:`` section (None when absent or ``enabled: false``); ``policy_kinds``
-    are the kinds of every policy that will serve, which must be iteration-level."""
+def parse_speculative(spec, policy_classes, where: str) -> SpeculativeParams | None:
+    """The ``speculative:`` section (None when absent or ``enabled: false``); ``policy_classes``
+    are the classes of every policy that will serve, which must be iteration-level
+    (:class:`~simbatch.policies.iteration.IterationPolicy` or a subclass: a verify step is a
+    decode step)."""
     if spec is None:
         return None
     params = parse_params(SpeculativeParams, spec, where)
     if not params.enabled:
         return None
-    for kind in policy_kinds:
-        if kind not in POLICIES:
-            raise SimbatchError(where, f"speculative decoding runs under {' or '.join(POLICIES)}, not {kind} "
-                                       "(padded batches do not verify drafts); in `simbatch compare` pass "
+    for cls in policy_classes:
+        if not issubclass(cls, IterationPolicy):
+            raise SimbatchError(where, f"speculative decoding runs under an iteration-level policy (continuous, "
+                                       f"chunked_prefill or a subclass of theirs), not {cls.kind} (padded batches "
+                                       "do not verify drafts); in `simbatch compare` pass "
                                        "--policies continuous,chunked_prefill")
     return params
 

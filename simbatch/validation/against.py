@@ -49,10 +49,11 @@ import pandas as pd
 from simbatch.errors import SimbatchError
 from simbatch.measured.replay import replay_scenario
 from simbatch.measured.run import MeasuredRun
-from simbatch.runs.one import RunOutput
-from simbatch.runs.one import run as simulate_run
+
 # One definition of the compared values for both sides (and for the engine fit).
 from simbatch.metrics.table_metrics import LATENCIES, inflight_tokens, side_values
+from simbatch.runs.one import RunOutput
+from simbatch.runs.one import run as simulate_run
 from simbatch.scenario.spec import Scenario
 from simbatch.validation.compare import signed_error
 

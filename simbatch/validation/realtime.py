@@ -7,10 +7,10 @@ scenario in wall-clock time on that backend, built by the same
 
 from __future__ import annotations
 
-from simbatch.engine.setup import check_requests_fit
-from simbatch.errors import SimbatchError
 from simbatch.catalog.hardware import GPUSpec
 from simbatch.catalog.models import ModelSpec
+from simbatch.engine.setup import check_requests_fit
+from simbatch.errors import SimbatchError
 from simbatch.scenario.spec import Scenario
 from simbatch.validation.capacity import validation_blocks
 from simbatch.workload import Workload
@@ -49,8 +49,8 @@ def build_torch_backend(scenario: Scenario, workload: Workload, model: ModelSpec
     """A warmed-up :class:`TorchBackend` with the validation's KV capacity, and a note on that capacity."""
     import torch
 
-    from simbatch.backends.torch_backend import TorchBackend
     from simbatch.backends.device import DTYPES, available_memory, default_dtype, resolve_device
+    from simbatch.backends.torch_backend import TorchBackend
 
     dev = resolve_device(device)
     dtype = dtype or default_dtype(dev.type)

@@ -15,11 +15,11 @@ import pandas as pd
 from simbatch.engine.setup import RunResult
 from simbatch.engine.simulation import run_cluster
 from simbatch.errors import SimbatchError
+from simbatch.policies.registry import POLICY_ORDER
 from simbatch.scenario.spec import Scenario
 from simbatch.validation.compare import pair_steps, policy_validation
 from simbatch.validation.noise import REPEATS, machine_speed, noise_floor, noise_stats, over_noise, probe_ms
 
-POLICY_ORDER = ("static", "dynamic", "continuous", "chunked_prefill")
 # Torch threads of a CPU validation unless told: one thread is far steadier on a machine shared
 # with other processes (docs/validation.md), and the shipped CPU profiles are measured with one.
 CPU_THREADS = 1
@@ -153,8 +153,8 @@ def validate_policy(scenario: Scenario, workload, backend, cost, noise_repeats: 
 
 def to_output(result: RunResult):
     """A :class:`simbatch.api.RunOutput` (summary and tables) of an engine run."""
-    from simbatch.runs.one import RunOutput, describe_run
     from simbatch.metrics import request_table, steps_table, summarize
+    from simbatch.runs.one import RunOutput, describe_run
 
     sc = result.scenario
     summary = summarize(result.log, result.workload, slo=sc.slo.as_dict() or None,

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+import simbatch.workload.parse as parse
 from simbatch.errors import SimbatchError
 from simbatch.files.textfile import read_text
-import simbatch.workload.parse as parse
 from simbatch.workload.request import Workload
 from simbatch.workload.transforms import take
 
