@@ -1,7 +1,5 @@
 """``python -m simbatch`` runs the command line."""
 
-import sys
+from simbatch.cli import console
 
-from simbatch.cli import main
-
-sys.exit(main())
+console()
