@@ -1,7 +1,7 @@
 """The public Python API: run a scenario, compare policies, get tables back.
 
 >>> from simbatch import load_scenario, run
->>> out = run(load_scenario("scenarios/classroom.yaml"))
+>>> out = run(load_scenario("classroom"))
 >>> out.summary["completed"]
 4
 """

@@ -3,7 +3,7 @@ fewest replicas (and dollars per hour) for a target rate. Method and choices: ``
 
 >>> from simbatch import load_scenario
 >>> from simbatch.capacity import expand, find_capacity, parse_slos
->>> sc = load_scenario("scenarios/chat.yaml", ["workload.synthetic.num_requests=100"])
+>>> sc = load_scenario("chat", ["workload.synthetic.num_requests=100"])
 >>> res = find_capacity(sc, parse_slos(["ttft_p99_ms=1000"]), expand(sc, ["continuous"], None, None, None, None),
 ...                     seeds=[0], tolerance=0.25)
 >>> res.boundaries[0].lo > 1   # one A100 serves more than the scenario's 2.5 req/s

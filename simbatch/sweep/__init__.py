@@ -1,9 +1,10 @@
 """Parameter sweeps: a grid over a scenario, run on an executor, one tidy table (docs/sweeps.md).
 
->>> from simbatch.scenario.spec import load_scenario
+>>> import tempfile
+>>> from simbatch import load_scenario
 >>> from simbatch.sweep import parse_grid_args, run_sweep
->>> sc = load_scenario("scenarios/classroom.yaml")
->>> table = run_sweep(sc, parse_grid_args(["policy.kind=static,continuous"]), "/tmp/sweep-doctest")
+>>> sc = load_scenario("classroom")
+>>> table = run_sweep(sc, parse_grid_args(["policy.kind=static,continuous"]), tempfile.mkdtemp())
 >>> list(table["policy.kind"]), list(table["completed"])
 (['static', 'continuous'], [4, 4])
 """
