@@ -326,3 +326,32 @@ def test_a_continuous_policy_built_without_a_scenario_takes_its_caches_window():
 
     assert ContinuousPolicy(ContinuousParams(), KVCache(100, max_tokens=4096)).params.max_num_batched_tokens == 4096
     assert ContinuousPolicy(ContinuousParams(), KVCache(100)).params.max_num_batched_tokens == 2048
+
+
+def test_one_admissibility_rule_for_every_policy():
+    """A request the model's context window cannot hold is refused under every policy, with one
+    note (issue 34 §8: on a trace past Llama-2's 4,096 tokens static served every request while
+    continuous rejected them as longer than its step budget, so compare set different request
+    sets side by side)."""
+    from simbatch.api import compare
+    from simbatch.scenario.spec import from_dict
+
+    sc = from_dict({
+        "workload": {"synthetic": {"num_requests": 120, "arrival": {"kind": "poisson", "rate": 1.0},
+                                   "prompt": {"kind": "lognormal", "median": 3000, "sigma": 0.4},
+                                   "output": {"kind": "lognormal", "median": 400, "sigma": 0.6}}},
+        "model": "llama-2-7b", "hardware": "a100-80gb", "policy": {"kind": "continuous"}, "seed": 3})
+    workload = sc.build_workload()
+    beyond = int(((workload.prompt_tokens + workload.output_tokens) > 4096).sum())
+    assert 10 < beyond < 110  # the rule is exercised both ways
+    outputs, table = compare(sc, jobs=1)
+    served = {}
+    for kind, out in outputs.items():
+        served[kind] = frozenset(map(int, (out.result.log.replica >= 0).nonzero()[0]))
+        notes = [m for m in out.messages if "refused" in m]
+        assert notes == [f"{beyond} request(s) refused: prompt + output longer than the model's context window "
+                         f"(4,096 tokens), under every policy (vLLM refuses them too: max_model_len); clip them "
+                         f"with workload.max_total_tokens"], (kind, out.messages)
+        assert not [m for m in out.messages if "rejected" in m], (kind, out.messages)
+    assert len(set(served.values())) == 1 and len(next(iter(served.values()))) == 120 - beyond
+    assert set(table["completed"]) == {120 - beyond}

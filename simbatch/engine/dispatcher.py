@@ -29,6 +29,15 @@ def serve_limits(replicas: list) -> list[float]:
     return limits
 
 
+def window_note(refused: int, window: int) -> str:
+    """The run-log line for requests longer than the model's context window: the one rule of
+    admissibility, the same under every policy (issue 34: static served them while continuous
+    rejected them as longer than its step budget, so compare set different requests side by side)."""
+    return (f"{refused} request(s) refused: prompt + output longer than the model's context window "
+            f"({window:,} tokens), under every policy (vLLM refuses them too: max_model_len); clip them "
+            f"with workload.max_total_tokens")
+
+
 def rejection_note(rejected: int, replicas: list, limits: list[float]) -> str:
     """The run-log line for requests no replica could serve."""
     kinds = {r.policy.kind for r in replicas}
@@ -41,10 +50,11 @@ def rejection_note(rejected: int, replicas: list, limits: list[float]) -> str:
 
 
 def dispatch(env: simpy.Environment, workload: Workload, replicas: list, seqs: list, log: EventLog,
-             router: Router | None = None, request_s: float = 0.0):
-    """SimPy process: one event per arrival. The router picks among the replicas that can
-    serve the request; a request none can serve is rejected (vLLM rejects prompts longer
-    than ``max_model_len`` the same way). A request reaches the scheduler ``request_s``
+             router: Router | None = None, request_s: float = 0.0, window: int | None = None):
+    """SimPy process: one event per arrival. A request longer than the model's context
+    ``window`` (prompt + output) is refused first, whatever the policy (vLLM refuses a request
+    past ``max_model_len``); then the router picks among the replicas whose policy can serve
+    it, and a request none can serve is rejected. A request reaches the scheduler ``request_s``
     after the client sent it (the serving engine's front end, :mod:`simbatch.catalog.servers`);
     its latencies still count from the send."""
     router = router or RoundRobinRouter(replicas)
@@ -56,7 +66,8 @@ def dispatch(env: simpy.Environment, workload: Workload, replicas: list, seqs: l
     labels = prefix_labels(workload, replicas, log)  # None unless a replica caches prefixes
     floor, ceiling = min(limits), max(limits)  # every replica serves up to floor; none beyond ceiling
     pick = router.pick
-    rejected = 0
+    rejected = refused = 0
+    widest = NO_LIMIT if window is None else window
     log.arrival_s[:] = workload.arrival_s
     chosen = log.replica
     for i, (t, p, o) in enumerate(zip(arrival, prompt, output)):
@@ -64,6 +75,9 @@ def dispatch(env: simpy.Environment, workload: Workload, replicas: list, seqs: l
         if due > env.now:
             yield env.timeout(due - env.now)
         total = p + o
+        if total > widest:
+            refused += 1
+            continue
         candidates = replicas
         if total > floor:
             if total > ceiling:
@@ -75,5 +89,7 @@ def dispatch(env: simpy.Environment, workload: Workload, replicas: list, seqs: l
         replica = pick(seq, candidates, env.now)
         chosen[i] = replica.index
         replica.submit(seq)
+    if refused:
+        log.note(window_note(refused, window))
     if rejected:
         log.note(rejection_note(rejected, replicas, limits))

@@ -15,8 +15,8 @@ from simbatch.core.eventlog import EventLog
 from simbatch.core.kvcache import reserved_tokens
 from simbatch.core.sequence import FINISHED, Sequence
 from simbatch.costmodel import build_cost_model
+from simbatch.costmodel.model_terms import check_tensor_parallel, linear_rate
 from simbatch.costmodel.pipeline import largest_stage_share
-from simbatch.costmodel.roofline import check_tensor_parallel, linear_rate
 from simbatch.engine.replica import Replica
 from simbatch.errors import SimbatchError
 from simbatch.scenario.spec import Scenario
@@ -166,6 +166,12 @@ def first_misfit(tokens, block_size: int, blocks: int) -> tuple[int, int, int] |
     return i, int(need[i]), int(bad.sum())
 
 
+def beyond_window(workload: Workload, max_context: int):
+    """Which requests the model's context window cannot hold (prompt + output > ``max_context``):
+    the dispatchers refuse them under every policy, so they never need KV blocks."""
+    return (workload.prompt_tokens + workload.output_tokens) > max_context
+
+
 def held_tokens(scenario: Scenario, prompt, output, max_context: int):
     """Tokens each request holds at most: prompt + output, or what a ``max_length`` cache
     reserves for it (``kv_cache.reserve``)."""
@@ -177,6 +183,7 @@ def check_requests_fit(workload: Workload, scenario: Scenario, blocks: int, mode
     """A request whose prompt + output (or reservation) can never fit in one replica's KV cache
     (the largest, in a mixed cluster) is a user error."""
     tokens = held_tokens(scenario, workload.prompt_tokens, workload.output_tokens, model.max_context)
+    tokens = tokens * ~beyond_window(workload, model.max_context)  # refused at arrival: they hold none
     misfit = first_misfit(tokens, scenario.kv_cache.block_size, blocks)
     if misfit is not None:
         i, need, count = misfit

@@ -111,7 +111,7 @@ def run_cluster(scenario: Scenario, *, workload: Workload | None = None, env: si
     env = env if env is not None else simpy.Environment()
     seqs: list[Sequence | None] = [None] * len(workload)
     replicas, router = build_replicas(env, scenario, groups, log, seqs, fast_forward, model.max_context, on_free)
-    env.process(dispatch(env, workload, replicas, seqs, log, router, scenario.engine.request_s))
+    env.process(dispatch(env, workload, replicas, seqs, log, router, scenario.engine.request_s, model.max_context))
     if before_run is not None:
         before_run()
     env.run()

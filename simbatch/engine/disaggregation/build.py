@@ -21,13 +21,14 @@ from simbatch.engine.disaggregation.handoff import (
     Handoff,
     PrefillReplica,
 )
-from simbatch.engine.dispatcher import serve_limits
+from simbatch.engine.dispatcher import serve_limits, window_note
 from simbatch.engine.setup import (
     ReplicaGroupSetup,
     RunResult,
     checked_budget,
     first_misfit,
     flush_unfinished,
+    beyond_window,
     held_tokens,
     replica_backend,
 )
@@ -98,8 +99,10 @@ def check_pools_fit(workload: Workload, scenario: Scenario, pools: list[PoolSetu
     """Every request's prompt and first token fit a prefill replica, its prompt and output a
     decode replica (:func:`check_pool_fits`)."""
     prompt, max_context = workload.prompt_tokens, scenario.model.max_context
-    check_pool_fits(workload, scenario, pools[0], held_tokens(scenario, prompt, 1, max_context))
-    check_pool_fits(workload, scenario, pools[1], held_tokens(scenario, prompt, workload.output_tokens, max_context))
+    served = ~beyond_window(workload, max_context)  # the rest are refused at arrival
+    check_pool_fits(workload, scenario, pools[0], held_tokens(scenario, prompt, 1, max_context) * served)
+    check_pool_fits(workload, scenario, pools[1],
+                    held_tokens(scenario, prompt, workload.output_tokens, max_context) * served)
 
 
 def build_replicas(env, scenario: Scenario, pools: list[PoolSetup], log: EventLog, seqs: list,
@@ -125,21 +128,25 @@ def build_replicas(env, scenario: Scenario, pools: list[PoolSetup], log: EventLo
 
 
 def dispatch_prefill(env, workload: Workload, prefill: list, decode_limits: list[float], seqs: list,
-                     log: EventLog, router, request_s: float = 0.0):
+                     log: EventLog, router, request_s: float = 0.0, window: int | None = None):
     """SimPy process: each arrival joins a prefill replica as a one-token request, ``request_s``
-    after the client sent it (the engine's front end). A request the prefill pool (prompt + 1
-    token) or the decode pool (prompt + output) cannot serve is rejected."""
+    after the client sent it (the engine's front end). A request longer than the model's context
+    ``window`` is refused, as colocated (:func:`~simbatch.engine.dispatcher.window_note`); one the
+    prefill pool (prompt + 1 token) or the decode pool (prompt + output) cannot serve is rejected."""
     limits = serve_limits(prefill)
     arrival, prompt = workload.arrival_s.tolist(), workload.prompt_tokens.tolist()
     output = workload.output_tokens.tolist()
     priority = workload.priority.tolist() if workload.priority is not None else [0] * len(arrival)
     ceiling = max(decode_limits)
     labels = prefix_labels(workload, prefill, log)  # None unless the prefill pool caches prefixes
-    rejected = 0
+    rejected = refused = 0
     log.arrival_s[:] = workload.arrival_s
     for i, t in enumerate(arrival):
         if t + request_s > env.now:
             yield env.timeout(t + request_s - env.now)
+        if window is not None and prompt[i] + output[i] > window:
+            refused += 1
+            continue
         candidates = [r for r, lim in zip(prefill, limits) if prompt[i] + 1 <= lim]
         if not candidates or prompt[i] + output[i] > ceiling:
             rejected += 1
@@ -149,6 +156,8 @@ def dispatch_prefill(env, workload: Workload, prefill: list, decode_limits: list
         replica = router.pick(seq, candidates if len(candidates) < len(prefill) else prefill, env.now)
         log.replica[i] = replica.index
         replica.submit(seq)
+    if refused:
+        log.note(window_note(refused, window))
     if rejected:
         log.note(f"{rejected} request(s) rejected: longer than a prefill replica (prompt + 1 token) or a "
                  f"decode replica (prompt + output, at most {ceiling} tokens) serves")
@@ -204,7 +213,7 @@ def run_pools(scenario: Scenario, fast_forward: bool = True) -> tuple[RunResult,
     for r in prefill:
         r.handoff = handoff
     env.process(dispatch_prefill(env, workload, prefill, decode_limits, seqs, log, prefill_router,
-                                 scenario.engine.request_s))
+                                 scenario.engine.request_s, model.max_context))
     env.run()
     flush_unfinished(seqs, prefill + decode, log)
     result = RunResult(scenario, workload, log, model, pools[0].gpu, pools[0].backend, scenario.policy.params, pools,
