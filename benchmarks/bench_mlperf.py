@@ -172,7 +172,8 @@ def table(rows: list[tuple], before: list[float] | None = None) -> None:
 def step_breakdown(sets: list[str], step: dict, tp: int) -> str:
     """The roofline's split of a typical full-batch Offline step (``step``), for the analysis."""
     from simbatch.api import load_scenario
-    from simbatch.costmodel.roofline import RooflineCostModel, quantized_kept_seconds
+    from simbatch.costmodel.model_terms import quantized_kept_seconds
+    from simbatch.costmodel.roofline import RooflineCostModel
     from simbatch.core.plan import StepPlan
 
     sc = load_scenario(SCENARIO, sets)

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from simbatch.costmodel import RooflineCostModel
-from simbatch.costmodel.roofline import DEFAULT_PARAMS
+from simbatch.costmodel.roofline_params import DEFAULT_PARAMS
 from simbatch.core.plan import StepPlan
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ import pytest
 
 from simbatch.costmodel import RooflineCostModel
 from simbatch.costmodel.base import chunked_prefill_seconds
-from simbatch.costmodel.roofline import DEFAULT_PARAMS
+from simbatch.costmodel.roofline_params import DEFAULT_PARAMS
 from simbatch.core.plan import StepPlan
 from scriptkit import load_script
 
@@ -41,8 +41,8 @@ def test_smaller_chunks_cost_more_in_total(yi):
 
 def test_chunk_attention_rereads_earlier_kv(yi):
     """A chunk over ctx earlier tokens scores c*ctx + c(c+1)/2 pairs and reads ctx + c tokens of KV."""
-    from simbatch.costmodel.roofline import _attn_sums
-    assert _attn_sums([512], [1536]) == (512 * 1536 + 512 * 513 // 2, 2048, 512)
+    from simbatch.costmodel.work import attn_sums
+    assert attn_sums([512], [1536]) == (512 * 1536 + 512 * 513 // 2, 2048, 512)
     pieces = [yi.step_cost(StepPlan([0], [512], [512 * i])).breakdown["attn_prefill"] for i in range(4)]
     assert all(a < b for a, b in zip(pieces, pieces[1:]))
     # Summed causal pairs are the same chunked or not, so KV re-reads only add time.

@@ -9,7 +9,8 @@ import pytest
 from simbatch.api import run
 from simbatch.cli import main
 from simbatch.costmodel.pipeline import PipelineCostModel, stage_layers
-from simbatch.costmodel.roofline import RooflineCostModel, decode_work
+from simbatch.costmodel.roofline import RooflineCostModel
+from simbatch.costmodel.work import decode_work
 from simbatch.engine.disaggregation.build import run_pools
 from simbatch.catalog.links import LINKS
 from simbatch.metrics.compare import comparison_table

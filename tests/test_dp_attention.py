@@ -13,7 +13,7 @@ import pytest
 from simbatch.api import run
 from simbatch.catalog.models import get_model
 from simbatch.costmodel import RooflineCostModel
-from simbatch.costmodel.roofline import decode_work
+from simbatch.costmodel.work import decode_work
 from simbatch.engine.setup import kv_blocks_per_replica
 from simbatch.errors import SimbatchError
 from simbatch.scenario.spec import from_dict, load_scenario

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from simbatch.core.plan import StepPlan
 from simbatch.costmodel import RooflineCostModel, build_cost_model
 from simbatch.costmodel.profile import ProfileCostModel
-from simbatch.costmodel.roofline import PricedByWork
+from simbatch.costmodel.work import PricedByWork
 
 ROOFLINE = RooflineCostModel("llama-2-7b", "a100-80gb")
 # The default cost model for a shipped pair is measured (Vidur's A100 profile).

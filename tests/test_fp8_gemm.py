@@ -10,7 +10,10 @@ import pytest
 from simbatch.catalog.hardware import get_gpu
 from simbatch.catalog.models import get_model
 from simbatch.core.plan import StepPlan
-from simbatch.costmodel.roofline import DEFAULT_PARAMS, RooflineCostModel, decode_work, quantized_kept_seconds
+from simbatch.costmodel.model_terms import quantized_kept_seconds
+from simbatch.costmodel.roofline import RooflineCostModel
+from simbatch.costmodel.roofline_params import DEFAULT_PARAMS
+from simbatch.costmodel.work import decode_work
 from simbatch.scenario.quantization import apply_quantization
 
 BF16 = get_model("llama-2-70b")

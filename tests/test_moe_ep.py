@@ -12,7 +12,7 @@ import pytest
 
 from simbatch.cli import main
 from simbatch.costmodel import RooflineCostModel
-from simbatch.costmodel.roofline import decode_work
+from simbatch.costmodel.work import decode_work
 from simbatch.costmodel.routing import (ExpertLoad, expected_distinct, inclusion, popularity,
                                         rank_load_table)
 from simbatch.errors import SimbatchError

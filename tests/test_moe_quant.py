@@ -10,7 +10,7 @@ import pytest
 from simbatch.catalog.models import get_model
 from simbatch.core.plan import StepPlan
 from simbatch.costmodel import RooflineCostModel, build_cost_model
-from simbatch.costmodel.roofline import decode_work
+from simbatch.costmodel.work import decode_work
 from simbatch.errors import SimbatchError
 from simbatch.scenario.quantization import apply_quantization
 from simbatch.scenario.spec import from_dict

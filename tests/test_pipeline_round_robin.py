@@ -12,7 +12,7 @@ import pytest
 
 from simbatch.api import run
 from simbatch.costmodel.pipeline import PipelineCostModel
-from simbatch.costmodel.roofline import decode_work
+from simbatch.costmodel.work import decode_work
 from simbatch.engine.disaggregation.build import run_pools
 from simbatch.catalog.hardware import get_gpu
 from simbatch.catalog.models import get_model

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from simbatch.core.plan import StepPlan
-from simbatch.costmodel.roofline import RooflineCostModel, plan_work
+from simbatch.costmodel.roofline import RooflineCostModel
+from simbatch.costmodel.work import plan_work
 from simbatch.costmodel.speculative import SpeculativeCostModel, build_drafter
 from simbatch.engine.setup import kv_blocks_per_replica
 from simbatch.engine.simulation import simulate

@@ -41,7 +41,7 @@ def test_overlap_is_bounded_by_the_shared_gpu(ctx, chunks):
     kernels = two.seconds - fixed
     # never faster than either micro-batch alone, nor than the summed compute or memory time
     assert kernels >= max(a.seconds - a.breakdown["overhead"] for a in alone) - 1e-12
-    from simbatch.costmodel.roofline import plan_work
+    from simbatch.costmodel.work import plan_work
 
     c = sum(CM.bounds(plan_work(p)[0])[0] for p in parts)
     m = sum(CM.bounds(plan_work(p)[0])[1] for p in parts)

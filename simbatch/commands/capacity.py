@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-from simbatch.commands.common import (
-    add_executor_arguments,
-    add_scenario_arguments,
-    comma_list,
-    load,
-    make_args_executor,
-    print_notes,
-)
+from simbatch.commands.common import (add_executor_arguments, add_scenario_arguments, comma_list, load,
+                                      make_args_executor, print_notes)
 from simbatch.errors import SimbatchError
 
 NAME = "capacity"

@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from simbatch.commands.common import (
-    add_format_argument,
-    add_scenario_arguments,
-    check_format,
-    comma_list,
-    load,
-    print_notes,
-)
+from simbatch.commands.common import (add_format_argument, add_scenario_arguments, check_format, comma_list,
+                                      load, print_notes)
 
 NAME = "compare"
 HELP = "run one workload under several policies"

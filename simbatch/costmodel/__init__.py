@@ -25,7 +25,9 @@ from pathlib import Path
 from simbatch.catalog.hardware import GPUSpec, get_gpu
 from simbatch.catalog.models import ModelSpec, get_model
 from simbatch.costmodel.base import CostModel, StepCost
-from simbatch.costmodel.roofline import RooflineCostModel, check_params, check_tensor_parallel
+from simbatch.costmodel.model_terms import check_tensor_parallel
+from simbatch.costmodel.roofline import RooflineCostModel
+from simbatch.costmodel.roofline_params import check_params
 from simbatch.errors import SimbatchError
 
 __all__ = ["CostModel", "StepCost", "RooflineCostModel", "build_cost_model", "COST_MODEL_KINDS"]

@@ -37,7 +37,8 @@ from dataclasses import replace
 from simbatch.catalog.hardware import GPUSpec
 from simbatch.catalog.models import ModelSpec
 from simbatch.costmodel.base import AttnWork, StepCost, StepWork
-from simbatch.costmodel.roofline import PricedByWork, RooflineCostModel
+from simbatch.costmodel.roofline import RooflineCostModel
+from simbatch.costmodel.work import PricedByWork
 from simbatch.errors import SimbatchError
 
 SCHEDULES = ("overlap", "drain", "round_robin")

@@ -41,14 +41,11 @@ from simbatch.catalog.models import ModelSpec, get_model
 from simbatch.core.plan import StepPlan
 from simbatch.costmodel.base import StepCost
 from simbatch.costmodel.fit import FittedProfile
+from simbatch.costmodel.model_terms import check_tensor_parallel
 from simbatch.costmodel.profile_moe import ProfileExperts, mlp_layer_weight
-from simbatch.costmodel.roofline import (
-    DEFAULT_PARAMS,
-    PricedByWork,
-    RooflineCostModel,
-    check_tensor_parallel,
-    plan_work,
-)
+from simbatch.costmodel.roofline import RooflineCostModel
+from simbatch.costmodel.roofline_params import DEFAULT_PARAMS
+from simbatch.costmodel.work import PricedByWork, plan_work
 
 # The roofline's counting (plan_work, counts, attn_seconds) is reused on purpose: its
 # counting of tokens, pairs, KV reads, FLOPs and bytes stays the one definition.

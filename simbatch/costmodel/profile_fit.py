@@ -42,7 +42,9 @@ from simbatch.costmodel.profile import (
     profile_origin,
 )
 from simbatch.costmodel.profile_moe import measured_twin
-from simbatch.costmodel.roofline import DEFAULT_PARAMS, RooflineCostModel, check_tensor_parallel
+from simbatch.costmodel.model_terms import check_tensor_parallel
+from simbatch.costmodel.roofline import RooflineCostModel
+from simbatch.costmodel.roofline_params import DEFAULT_PARAMS
 from simbatch.errors import SimbatchError
 
 # A calibration plan whose fitted error exceeds both of these (relative; x the median error) is

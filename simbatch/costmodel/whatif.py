@@ -29,7 +29,7 @@ from simbatch.catalog.models import MODEL_PRESETS, ModelSpec
 from simbatch.catalog.profiles import Profile
 from simbatch.costmodel.fit import attn_features, column
 from simbatch.costmodel.profile import profile_origin
-from simbatch.costmodel.roofline import DEFAULT_PARAMS
+from simbatch.costmodel.roofline_params import DEFAULT_PARAMS
 
 # How sharply the compute share turns from 0 to 1 around the ridge point. The
 # roofline's time is max(t_c, t_m): only the binding resource counts, which is

@@ -34,26 +34,9 @@ from typing import Any, Callable
 import numpy as np
 
 from simbatch.errors import SimbatchError
-from simbatch.measured.logcheck import (
-    Fail,
-    _assemble,
-    _check_order,
-    _count,
-    _entry_fail,
-    _existing,
-    _first_line,
-    _given_times,
-    _is_inf,
-    _json_doc,
-    _len,
-    _number,
-    _numbers,
-    _parse_json,
-    _raise,
-    _seconds,
-    _show,
-    _text,
-)
+from simbatch.measured.logcheck import (Fail, _assemble, _check_order, _count, _entry_fail, _existing,
+                                        _first_line, _given_times, _is_inf, _json_doc, _len, _number,
+                                        _numbers, _parse_json, _raise, _seconds, _show, _text)
 from simbatch.measured.readers_bench import BENCH_READERS, bench_format
 from simbatch.measured.run import MeasuredRun
 from simbatch.workload.readers import TIME_UNITS, _ints, _load, _Table, check_column_mapping

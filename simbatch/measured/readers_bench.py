@@ -29,18 +29,8 @@ import pandas as pd
 
 from simbatch.core.params import MAX_INTEGER  # 2**53: every integer a float holds
 from simbatch.errors import SimbatchError
-from simbatch.measured.logcheck import (
-    _assemble,
-    _count,
-    _existing,
-    _first_line,
-    _number,
-    _parse_json,
-    _raise,
-    _seconds,
-    _show,
-    _text,
-)
+from simbatch.measured.logcheck import (_assemble, _count, _existing, _first_line, _number, _parse_json,
+                                        _raise, _seconds, _show, _text)
 from simbatch.measured.run import MeasuredRun
 from simbatch.workload.readers import _MISSING, _ints, _load, _Table
 

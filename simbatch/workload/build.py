@@ -18,14 +18,8 @@ from simbatch.core.horizon import MAX_TIME_S  # simulated time's horizon (1e9 s)
 from simbatch.errors import SimbatchError
 from simbatch.workload.readers import check_trace_format, read_trace
 from simbatch.workload.request import Request, Workload
-from simbatch.workload.synthetic import (
-    check_keys,
-    check_number,
-    number,
-    require_mapping,
-    sample_arrivals,
-    synthetic_workload,
-)
+from simbatch.workload.synthetic import (check_keys, check_number, number, require_mapping, sample_arrivals,
+                                         synthetic_workload)
 from simbatch.workload.tracepath import trace_path
 
 SOURCES = ("trace", "synthetic", "requests")
