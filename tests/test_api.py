@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from simbatch.api import run
+from simbatch.errors import SimbatchError
 from simbatch.scenario.spec import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,3 +79,19 @@ def test_bundled_scenarios_load_by_name_and_the_folder_is_public(tmp_path, monke
     # a file of that name in the working directory is not shadowed (only bare names resolve)
     monkeypatch.chdir(tmp_path)
     assert simbatch.load_scenario("classroom").source.endswith("classroom.yaml")
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_every_bundled_request_fits_its_models_window(path):
+    """A bundled scenario never relies on requests its model cannot hold: they are refused under
+    every policy (issue 34 §8), and prefix_cache / mooncake_conv sent 32k-token Mooncake requests
+    to Llama-3-70B's 8k window (896 of 1,750 refused) until they named Llama-3.1-70B."""
+    try:
+        sc = load_scenario(path)
+        workload = sc.build_workload()
+    except SimbatchError as exc:
+        if "trace file not found" in str(exc):
+            pytest.skip(f"{path.name} replays a trace from ../shared, which is absent")
+        raise
+    beyond = (workload.prompt_tokens + workload.output_tokens) > sc.model.max_context
+    assert not beyond.any(), f"{int(beyond.sum())} of {len(workload)} beyond {sc.model.max_context:,} tokens"

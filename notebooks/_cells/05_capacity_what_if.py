@@ -319,7 +319,7 @@ RadixAttention) the KV blocks of a prompt prefix already in the cache are reused
 prefilled: less compute per request, shorter TTFT (docs/policies.md, "Prefix caching").
 
 The Mooncake (Kimi) conversation trace records, for each request, the hashes of its 512-token prompt blocks,
-so it says exactly which prefixes repeat. `scenarios/prefix_cache.yaml` replays it on Llama-3-70B over one
+so it says exactly which prefixes repeat. `scenarios/prefix_cache.yaml` replays it on Llama-3.1-70B over one
 8x H200 node (TP8), SLO **TTFT <= 10 s and TPOT <= 150 ms** (its prompts average 12k tokens). We use the first
 5 minutes of the trace, scaled to several arrival rates, with and without the cache. If the trace is not beside
 the repository (`../shared/traces/`), a hand-built stand-in takes its place: multi-turn conversations sharing a
@@ -393,7 +393,7 @@ for cache, color in (("on", "#009E73"), ("off", "#D55E00")):
     ax2.plot(d["offered (req/s)"], d["TTFT p99 (ms)"], "s--", color=color, label=f"TTFT p99, cache {cache}")
 ax1.plot(pcache["offered (req/s)"], pcache["offered (req/s)"], color="grey", lw=0.8, label="y = offered")
 ax2.axhline(10_000, color="black", linestyle=":", label="SLO: 10 s")
-ax1.set(xlabel="offered rate (req/s)", ylabel="req/s", title="One 8x H200 node, Llama-3-70B: served and goodput")
+ax1.set(xlabel="offered rate (req/s)", ylabel="req/s", title="One 8x H200 node, Llama-3.1-70B: served and goodput")
 ax2.set(xlabel="offered rate (req/s)", ylabel="time to first token (ms)", yscale="log",
         title="TTFT with and without the prefix cache")
 plain_ticks(ax2)
