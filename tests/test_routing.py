@@ -104,7 +104,7 @@ def test_round_robin_gives_turns_to_routed_requests_only():
     import simbatch.engine.simulation as simulation
 
     original = simulation.dispatch
-    simulation.dispatch = (lambda env, w, reps, seqs, log, router, request_s=0.0:  # no front end here
+    simulation.dispatch = (lambda env, w, reps, seqs, log, router, request_s=0.0, window=None:  # no front end here
                            reference_round_robin(env, w, reps, seqs, log))
     try:
         old = simulate(sc)
@@ -224,6 +224,8 @@ def test_kv_capacity_steers_requests_in_a_mixed_cluster():
     requests[0]["prompt"] = 2000
     data = cluster_scenario([{"count": 1, "hardware": "l4"}, {"count": 1}], requests=requests)
     data["policy"] = {"kind": "chunked_prefill"}  # no per-step limit on a prompt's length
+    # a window that holds them (Llama-2's 4,096 would refuse them at arrival, under any router)
+    data["model"] = {"base": "llama-2-7b", "max_context": 1_000_000}
     out = run(from_dict(data))
     assert out.requests["replica"].tolist() == [0, 1, 1, 1] and out.requests["completed"].all()
 

@@ -171,14 +171,32 @@ def test_request_larger_than_kv_cache_is_one_line_error(tmp_path, capsys):
     log = tmp_path / "huge.csv"
     log.write_text("arrival_s,prompt_tokens,output_tokens,first_token_s,finish_s\n"
                    "0.0,100,10,0.05,0.5\n1.0,500000,10,3.0,4.0\n")
-    scenario = load_scenario("chat", SMALL)
+    # a window that holds it (Llama-2's 4,096 is the next test's case), so the KV check speaks
+    wide = [*SMALL, "model={base: llama-2-7b, max_context: 1000000}"]
+    scenario = load_scenario("chat", wide)
     with pytest.raises(SimbatchError, match="huge.csv.*cannot replay.*KV blocks"):
         validate_against(scenario, [log], columns=COLUMNS)
     cols = ",".join(f"{k}={v}" for k, v in COLUMNS.items())
-    assert main(["validate", "chat", "--against", str(log), "--columns", cols, "--out", str(tmp_path / "o")]) == 2
+    assert main(["validate", "chat", "--against", str(log), "--columns", cols, "--out", str(tmp_path / "o"),
+                 *[w for item in wide for w in ("--set", item)]]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "KV blocks" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_logged_request_past_the_models_window_is_one_line_error(tmp_path, capsys):
+    """The server held a request the scenario's model could not (a replay would refuse it and
+    compare different request sets; it divided by zero when none was left): one line naming it."""
+    log = tmp_path / "long.csv"
+    log.write_text("arrival_s,prompt_tokens,output_tokens,first_token_s,finish_s\n"
+                   "0.0,100,10,0.05,0.5\n1.0,5000,10,3.0,4.0\n")
+    with pytest.raises(SimbatchError, match=r"long.csv: request 1 \(prompt 5,000 \+ output 10 tokens\) is "
+                                            r"longer than llama-2-7b's context window \(4,096 tokens"):
+        validate_against(load_scenario("chat", SMALL), [log], columns=COLUMNS)
+    cols = ",".join(f"{k}={v}" for k, v in COLUMNS.items())
+    assert main(["validate", "chat", "--against", str(log), "--columns", cols, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "context window" in err and not (tmp_path / "o").exists()
 
 
 def test_rows_and_rate_plot_points_sorted_by_rate(tmp_path):

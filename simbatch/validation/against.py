@@ -157,8 +157,26 @@ def log_speeds(scenario: Scenario, runs: list[MeasuredRun]) -> list[float | None
     return [None if not np.isfinite(s) else float(s) for s in comparable_speeds(runs)]
 
 
+def check_window(scenario: Scenario, run: MeasuredRun, label: str) -> None:
+    """A logged request longer than the scenario model's context window: the server held it, so
+    the scenario's model is not the server's (a replay would refuse it, issue 34 §8, and compare
+    different request sets); one line naming the first such request."""
+    measured = run.requests()
+    total = (measured["prompt_tokens"] + measured["output_tokens"]).to_numpy()
+    window = scenario.model.max_context
+    beyond = np.flatnonzero(total > window)
+    if beyond.size:
+        i = int(beyond[0])
+        raise SimbatchError(label, f"request {i} (prompt {int(measured['prompt_tokens'].iloc[i]):,} + output "
+                                   f"{int(measured['output_tokens'].iloc[i]):,} tokens) is longer than "
+                                   f"{scenario.model.name}'s context window ({window:,} tokens; {beyond.size} such "
+                                   f"request(s)): the server held it, so the scenario's model is not the "
+                                   f"server's; name the server's model, or set model.max_context")
+
+
 def validate_run(scenario: Scenario, run: MeasuredRun, label: str, name: str) -> LogValidation:
     """One log: simulate its workload under ``scenario``, pair the requests, compute the errors."""
+    check_window(scenario, run, label)
     try:
         predicted = simulate_run(replay_scenario(scenario, run))  # simbatch.runs.one.run
     except SimbatchError as exc:
