@@ -180,7 +180,14 @@ def check_scenario(scenario, where: str = "scenario") -> Scenario:
 
 def run(scenario: Scenario) -> RunOutput:
     """Simulate ``scenario`` and compute its metrics."""
-    result = simulate(check_scenario(scenario))
+    return run_output(simulate(check_scenario(scenario)))
+
+
+def run_output(result: RunResult) -> RunOutput:
+    """The summary and tables of an engine run: the one summariser, for :func:`run` and for both
+    sides of a validation (which had its own, drifted: another peak-FLOPs figure, no per-replica
+    summaries)."""
+    scenario = result.scenario
     tp = scenario.cluster.tensor_parallel * scenario.cluster.pipeline_parallel  # GPUs per replica
     steps = step_columns(result.log)
     runs = token_runs(result.log, steps)  # placed on the steps once, for the requests and the ITL pool

@@ -152,16 +152,11 @@ def validate_policy(scenario: Scenario, workload, backend, cost, noise_repeats: 
 
 
 def to_output(result: RunResult):
-    """A :class:`simbatch.api.RunOutput` (summary and tables) of an engine run."""
-    from simbatch.metrics import request_table, steps_table, summarize
-    from simbatch.runs.one import RunOutput, describe_run
+    """A :class:`simbatch.api.RunOutput` (summary and tables) of an engine run, by the run's own
+    summariser (:func:`simbatch.runs.one.run_output`)."""
+    from simbatch.runs.one import run_output
 
-    sc = result.scenario
-    summary = summarize(result.log, result.workload, slo=sc.slo.as_dict() or None,
-                        peak_flops=result.gpu.peak_flops, peak_bandwidth=result.gpu.hbm_bandwidth,
-                        front_end_s=sc.engine.request_s)
-    summary.update(describe_run(result))
-    return RunOutput(result, summary, request_table(result.log, result.workload), steps_table(result.log))
+    return run_output(result)
 
 
 def profile_probe_ms(path) -> float | None:
