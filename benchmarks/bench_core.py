@@ -55,7 +55,10 @@ def one_run(path: str, kind: str, tree: str | None = None) -> dict:
 
     from simbatch.api import run
     from simbatch.errors import SimbatchError
-    from simbatch.scenario.spec import from_dict, load_scenario
+    try:
+        from simbatch.scenario.spec import from_dict, load_scenario
+    except ImportError:  # a checkout from before the layout of issue 34 (--against an older tree)
+        from simbatch.scenario import from_dict, load_scenario
 
     kind, _, variant = kind.partition("+")
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
