@@ -128,3 +128,20 @@ def test_decode_prompt_and_mixed_shortcuts_equal_the_general_price(cm, ctx, prom
             fast = cm.mixed_cost(n, sum(ctx), chunks, cctx, streams)
             slow = PricedByWork.mixed_cost(cm, n, sum(ctx), chunks, cctx, streams)
             assert same(fast, slow) and list(fast.breakdown) == list(slow.breakdown)
+
+
+def test_the_fast_prices_are_declared_once_and_offered_by_every_work_priced_model():
+    """The engine asks a backend for its fast-path prices by the names the interface declares
+    (costmodel.base.FastPrices, issue 34 §4: five methods were found with getattr, undeclared);
+    every cost model that prices work has them all, and a name outside the list is an error."""
+    import pytest
+
+    from simbatch.costmodel.base import FAST_PRICES, fast_price
+    from simbatch.costmodel.work import PricedByWork
+
+    assert FAST_PRICES == ("decode_cost", "mixed_cost", "padded_decode_cost", "padded_decode_costs",
+                           "price_streams")
+    assert all(callable(getattr(PricedByWork, name)) for name in FAST_PRICES)
+    assert fast_price(object(), "decode_cost") is None
+    with pytest.raises(ValueError, match="not a fast price"):
+        fast_price(object(), "decode_costs")

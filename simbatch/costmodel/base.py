@@ -89,6 +89,47 @@ class CostModel(Protocol):
         ...
 
 
+class FastPrices(Protocol):
+    """What a cost model may offer the engine's fast path besides :meth:`CostModel.step_cost`:
+    the price of a step the engine describes by its counts instead of a plan. Each must give
+    the seconds :meth:`~CostModel.step_cost` gives the equivalent plan, bit for bit (the fast
+    path's results are the step-by-step engine's). A backend without one (the torch backend)
+    has those steps run one by one; :func:`fast_price` is how the engine asks.
+    :class:`simbatch.costmodel.work.PricedByWork` implements them all."""
+
+    def decode_cost(self, num_seqs: int, context_sum: int) -> StepCost:
+        """A steady decode step: ``num_seqs`` unpadded decodes over ``context_sum`` tokens."""
+        ...
+
+    def mixed_cost(self, num_decodes: int, context_sum: int, chunk_new: list[int], chunk_ctx: list[int],
+                   streams: int = 1) -> StepCost:
+        """Chunked prefill's mixed step: the decodes, then chunks of ``chunk_new`` over ``chunk_ctx``."""
+        ...
+
+    def padded_decode_cost(self, num_slots: int, num_live: int, context: int) -> StepCost:
+        """A padded batch's decode step: ``num_slots`` rows at ``context``, ``num_live`` of them live."""
+        ...
+
+    def padded_decode_costs(self, num_slots: int, num_live: list[int], contexts) -> tuple[list, list, list]:
+        """A run of padded decode steps at once: (seconds, useful FLOPs, useful bytes), a list each."""
+        ...
+
+    def price_streams(self, parts: list[tuple]) -> StepCost:
+        """A step of micro-batches on two streams, each ``(work, kept, live)``."""
+        ...
+
+
+FAST_PRICES = tuple(name for name in FastPrices.__dict__ if not name.startswith("_"))
+
+
+def fast_price(backend, name: str):
+    """``backend``'s fast-path price ``name`` (a method of :class:`FastPrices`), or None when it
+    offers none; any other name is a programming error, so the interface stays the one list."""
+    if name not in FAST_PRICES:
+        raise ValueError(f"{name!r} is not a fast price ({', '.join(FAST_PRICES)})")
+    return getattr(backend, name, None)
+
+
 def chunked_prefill_seconds(cost_model: CostModel, length: int, chunk: int) -> float:
     """Seconds to prefill a ``length``-token prompt alone in chunks of ``chunk`` tokens, one
     step per chunk, each over the KV of the chunks before it (Sarathi-Serve's Figure 9 setup)."""

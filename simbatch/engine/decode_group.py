@@ -25,6 +25,7 @@ from collections.abc import Iterable
 
 from simbatch.core.eventlog import EventLog
 from simbatch.core.sequence import Sequence
+from simbatch.costmodel.base import fast_price
 
 
 class DecodeGroup:
@@ -183,7 +184,7 @@ class DecodeGroup:
         path, millions of times a run).
         """
         env, policy, log = replica.env, replica.policy, replica.log
-        decode_cost = getattr(replica.backend, "decode_cost", None)
+        decode_cost = fast_price(replica.backend, "decode_cost")
         if decode_cost is None:
             return 0
         kv, index, append_step, timeout = policy.kv, replica.index, log.append_step, env.timeout

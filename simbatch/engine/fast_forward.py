@@ -28,6 +28,7 @@ from operator import itemgetter
 import numpy as np
 
 from simbatch.core.sequence import FINISHED
+from simbatch.costmodel.base import fast_price
 
 first = itemgetter(0)  # a (request, tokens) pair's request
 
@@ -46,8 +47,8 @@ def padded_run(replica):
     is what the step-by-step engine shows at that time.
     """
     env, policy, log, backend = replica.env, replica.policy, replica.log, replica.backend
-    costs_of = getattr(backend, "padded_decode_costs", None)
-    cost_of = getattr(backend, "padded_decode_cost", None)
+    costs_of = fast_price(backend, "padded_decode_costs")
+    cost_of = fast_price(backend, "padded_decode_cost")
     batch = policy.batch
     live = sorted((s for s in batch.seqs if s.status != FINISHED), key=lambda s: s.output_tokens - s.num_generated)
     if (costs_of is None and cost_of is None) or not live:
@@ -186,7 +187,7 @@ def mixed_run(replica):
     the loop's round trip and the per-step sub-process.
     """
     env, policy, log, group = replica.env, replica.policy, replica.log, replica.group
-    mixed_cost = getattr(replica.backend, "mixed_cost", None)
+    mixed_cost = fast_price(replica.backend, "mixed_cost")
     if mixed_cost is None:
         return 0
     # Knobs change only at a controller's boundary, where this run stops: read them once.

@@ -16,7 +16,7 @@ from simbatch.control import control_tick
 from simbatch.core.eventlog import EventLog
 from simbatch.core.plan import StepPlan
 from simbatch.core.sequence import FINISHED, Sequence
-from simbatch.costmodel.base import CostModel
+from simbatch.costmodel.base import CostModel, fast_price
 from simbatch.engine.decode_group import DecodeGroup
 from simbatch.engine.fast_forward import mixed_run, padded_run
 from simbatch.policies.base import Policy
@@ -49,7 +49,7 @@ class Replica:
         # where the backend prices micro-batches from their work (price_streams)
         self.streams = getattr(policy.params, "streams", 1)
         self.fast_forward = (fast_forward and policy.fast_path
-                             and (self.streams == 1 or hasattr(backend, "price_streams")))
+                             and (self.streams == 1 or fast_price(backend, "price_streams") is not None))
         self.prev_decode = -1  # this replica's latest step that ran decodes
         # running requests advanced lazily by steady decode runs (see DecodeGroup)
         self.group = DecodeGroup(policy.kv.block_size, policy.kv.mode == "paged", log)
