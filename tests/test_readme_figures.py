@@ -137,3 +137,18 @@ def test_the_performance_counts_are_what_the_benchmark_runs(label):
                                  scenario.source, scenario.base_dir)
         out = run(scenario)
         assert (len(out.result.workload), sum(out.result.log.replica_num_steps)) == (requests, steps), cells[0]
+
+
+@needs_shared
+def test_the_two_replica_sentence_is_what_compare_gives():
+    """The Azure section's "With --set cluster.replicas=2 ..." sentence: attainment, TTFT and TPOT
+    p99 of the iteration-level policies and static batching's throughput, from that command."""
+    _, table = compare(load_scenario(ROOT / "scenarios" / "azure_conv.yaml", ["cluster.replicas=2"]), jobs=1)
+    row = {r["policy"]: r for r in table.to_dict("records")}
+    c, cp, st = row["continuous"], row["chunked_prefill"], row["static"]
+    text = " ".join(README.split())
+    expected = (f"meet the SLO for {100 * c['slo_attainment']:.1f} % and {100 * cp['slo_attainment']:.1f} % of "
+                f"requests (TTFT p99 {c['ttft_p99_ms']:.0f} ms vs {cp['ttft_p99_ms']:.0f} ms, TPOT p99 "
+                f"{c['tpot_p99_ms']:.0f} ms vs {cp['tpot_p99_ms']:.0f} ms), while static batching still falls "
+                f"behind ({st['request_throughput']:.2f} req/s)")
+    assert expected in text, expected
