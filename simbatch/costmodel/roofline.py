@@ -463,39 +463,3 @@ class RooflineCostModel(PricedByWork):
 # How many (tokens, rows) entries RooflineCostModel._count_terms keeps: a two-stream step's
 # micro-batches hold at most a step's token budget, so a few thousand cover any scenario.
 STREAM_TERMS_KEPT = 65536
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-

@@ -25,6 +25,13 @@ def policy_class(spec: dict, where: str = "policy") -> type[Policy]:
     return POLICIES[kind]
 
 
+def kind_is(kind, base: type) -> bool:
+    """Whether policy ``kind``'s class is ``base`` or a subclass of it (capabilities follow the
+    class, never the name); False for a kind this process has not registered."""
+    cls = POLICIES.get(kind) if isinstance(kind, str) else None
+    return cls is not None and issubclass(cls, base)
+
+
 def parse_policy(spec: dict, where: str = "policy"):
     """Check a ``policy:`` section; return ``(class, params)``."""
     cls = policy_class(spec, where)
@@ -56,5 +63,5 @@ def parse_policy_spec(spec: dict, source: str, field_path: str = "policy",
     return PolicySpec(cls, params, field_path)
 
 
-__all__ = ["POLICIES", "Policy", "PolicySpec", "load_policy_file", "parse_policy", "parse_policy_spec",
+__all__ = ["POLICIES", "Policy", "PolicySpec", "kind_is", "load_policy_file", "parse_policy", "parse_policy_spec",
            "policy_class", "register_policy"]

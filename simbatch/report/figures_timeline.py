@@ -15,7 +15,7 @@ import heapq
 import numpy as np
 import pandas as pd
 
-from simbatch.policies import POLICIES
+from simbatch.policies import kind_is
 from simbatch.policies.padded_batch import BatchPolicy
 from simbatch.report.figures_common import new_figure
 from simbatch.report.load import RunData
@@ -90,20 +90,13 @@ def window(run: RunData) -> tuple[pd.DataFrame, pd.DataFrame]:
     steps = all_steps if len(all_steps) <= WHOLE_RUN_STEPS else all_steps.iloc[:WINDOW_STEPS]
     t1 = float(steps["end_s"].max())
     reqs = run.requests[(run.requests["replica"] == 0) & (run.requests["first_scheduled_s"] < t1)]
-    return steps, assign_slots(reqs, all_steps, padded_kind(run.kind))
-
-
-def padded_kind(kind: str) -> bool:
-    """Whether policy ``kind`` runs padded batches to completion (a :class:`BatchPolicy`: static,
-    dynamic or a subclass); a kind this process has not registered is drawn as iteration-level."""
-    cls = POLICIES.get(kind)
-    return isinstance(cls, type) and issubclass(cls, BatchPolicy)
+    return steps, assign_slots(reqs, all_steps, kind_is(run.kind, BatchPolicy))
 
 
 def _draw_run(ax, run: RunData, steps: pd.DataFrame, slots: pd.DataFrame) -> None:
     """Draw one policy's timeline over ``steps``."""
     t1 = float(steps["end_s"].max())
-    padded = padded_kind(run.kind)
+    padded = kind_is(run.kind, BatchPolicy)  # static, dynamic or a subclass; unregistered: not padded
     rows = int(slots["slot"].max()) + 1 if len(slots) else 1
     shown = slots[slots["slot"] < MAX_ROWS]
     for phase, lo, hi in (("prefill", "start", "first_token"), ("decode", "first_token", "finish"),

@@ -21,7 +21,7 @@ from simbatch.catalog.models import EXPERT_DISPATCHES
 from simbatch.core.params import MAX_MICRO_BATCHES, MAX_REPLICAS, parse_params, require
 from simbatch.costmodel.pipeline import SCHEDULES
 from simbatch.errors import SimbatchError
-from simbatch.policies import POLICIES, PolicySpec, parse_policy_spec
+from simbatch.policies import PolicySpec, kind_is, parse_policy_spec
 from simbatch.policies.continuous import ContinuousPolicy
 from simbatch.policies.iteration import IterationPolicy
 from simbatch.policies.routers import ROUTERS
@@ -29,8 +29,6 @@ from simbatch.policies.routers import ROUTERS
 LAYOUTS = ("colocated", "disaggregated")
 TRANSFER_MODES = ("push", "pull")
 POOLS = ("prefill", "decode")
-# Pools need iteration-level admission: a padded batch cannot take a request whose
-# prompt is already computed, nor hand one over at its first token.
 # A pool's pipeline fields; each left out falls back to the ``cluster`` field of that name.
 PIPELINE_FIELDS = ("pipeline_parallel", "micro_batches", "pipeline_schedule", "pipeline_link")
 
@@ -156,8 +154,8 @@ class DisaggregationParams:
             spec = {**base, **own}
         else:
             spec = dict(own)
-        cls = POLICIES.get(spec.get("kind"))  # an unknown kind is refused where the spec is parsed
-        if name == "decode" and isinstance(cls, type) and issubclass(cls, ContinuousPolicy):
+        # (an unknown kind is refused where the spec is parsed)
+        if name == "decode" and kind_is(spec.get("kind"), ContinuousPolicy):
             # Decision: a transferred request's one token to compute joins the running decodes'
             # step (vLLM v1 and DistServe decode instances batch them together); prefill-first
             # would give every arrival a step of its own and pause every decode for it.
@@ -210,6 +208,8 @@ def pool_policies(params: DisaggregationParams, base_policy: dict, source: str,
         own = params.pool(name).policy is not None
         at = f"disaggregation.{name}.policy" if own else "policy"
         out[name] = parse_policy_spec(params.policy_spec(name, base_policy), source, at, max_context)
+        # Pools need iteration-level admission: a padded batch cannot take a request whose
+        # prompt is already computed, nor hand one over at its first token.
         if not issubclass(out[name].cls, IterationPolicy):
             raise SimbatchError(f"{source}: {at}.kind", f"a disaggregated {name} pool runs an iteration-level "
                                                         f"policy (continuous, chunked_prefill or a subclass of "

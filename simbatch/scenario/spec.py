@@ -38,18 +38,6 @@ TOP_LEVEL = ("name", "description", "workload", "model", "quantization", "hardwa
              "variants", "engine", "speculative")
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 @dataclass(frozen=True)
 class Scenario:
     """A checked scenario, parsed once into typed, frozen specs that the engine reads.
@@ -161,14 +149,6 @@ class Scenario:
         return from_dict(data, self.source, self.base_dir)
 
 
-
-
-
-
-
-
-
-
 def read_yaml(path: Path) -> dict:
     """Read a scenario file through :func:`simbatch.files.yamlio.load_yaml`: unreadable files,
     invalid YAML, duplicate keys and alias bombs become ``file:line`` messages."""
@@ -236,14 +216,6 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
         engine=parse_engine(data.get("engine"), f"{source}: engine"),
         speculative=speculative, drafter=drafter,
     )
-
-
-
-
-
-
-
-
 
 
 def _speculative(data: dict, model: ModelSpec, policies, disaggregation, cluster, source: str, base_dir):
