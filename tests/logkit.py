@@ -14,7 +14,7 @@ def step(log, replica, start, dur, prefill=0, decode=0, padded=0, kv=0, flops=1e
     """Record one step with the columns a test cares about."""
     return log.append_step(replica=replica, start_s=start, duration_s=dur, num_seqs=1, num_slots=1,
                            prefill_tokens=prefill, decode_tokens=decode, padded_tokens=padded,
-                           kv_used_blocks=kv, num_waiting=0, useful_flops=flops, useful_bytes=nbytes)
+                           kv_used_blocks=kv, num_waiting=0, stop_reason=0, useful_flops=flops, useful_bytes=nbytes)
 
 
 def workload(arrival, prompt, output) -> Workload:

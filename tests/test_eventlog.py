@@ -38,11 +38,11 @@ def test_a_run_of_steps_is_the_same_as_its_steps_one_by_one():
     starts, secs, waiting = [0.5, 1.0, 1.75], [0.5, 0.75, 0.25], [3, 2, 0]
     for s, d, w in zip(starts, secs, waiting):
         one.append_step(replica=1, start_s=s, duration_s=d, num_seqs=2, num_slots=4, prefill_tokens=0,
-                        decode_tokens=2, padded_tokens=2, kv_used_blocks=9, num_waiting=w,
+                        decode_tokens=2, padded_tokens=2, kv_used_blocks=9, num_waiting=w, stop_reason=3,
                         useful_flops=d * 10, useful_bytes=d * 20)
     first = run.append_steps(replica=1, start_s=starts, duration_s=secs, num_seqs=2, num_slots=4,
                              prefill_tokens=0, decode_tokens=2, padded_tokens=2, kv_used_blocks=9,
-                             num_waiting=waiting, useful_flops=[d * 10 for d in secs],
+                             num_waiting=waiting, stop_reason=3, useful_flops=[d * 10 for d in secs],
                              useful_bytes=[d * 20 for d in secs])
     assert first == 1 and run.replica_num_steps == one.replica_num_steps == [0, 4]
     for column, values in one.step_table().items():

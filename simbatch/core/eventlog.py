@@ -28,10 +28,13 @@ from array import array
 import numpy as np
 
 
+_DTYPES = {"q": np.int64, "d": np.float64, "b": np.int8}  # array typecode -> numpy dtype
+
+
 class EventLog:
     """Append-only record of one run (per-request arrays, per-step columns, token runs)."""
 
-    # A step's record: name -> array typecode ("q": int64, "d": float64)
+    # A step's record: name -> array typecode ("q": int64, "d": float64, "b": int8)
     STEP_TYPES = {
         "replica": "q",  # replica index
         "start_s": "d",  # step start (simulated seconds)
@@ -43,6 +46,7 @@ class EventLog:
         "padded_tokens": "q",  # tokens computed and thrown away
         "kv_used_blocks": "q",  # KV blocks held after the step's allocation
         "num_waiting": "q",  # requests queued at the replica when the step started
+        "stop_reason": "b",  # why the step's admission stopped (a code of simbatch.core.stop)
         "useful_flops": "d",  # FLOPs on kept tokens, per GPU
         "useful_bytes": "d",  # bytes moved for kept tokens, per GPU
     }
@@ -103,12 +107,12 @@ class EventLog:
 
     def append_step(self, *, replica: int, start_s: float, duration_s: float, num_seqs: int, num_slots: int,
                     prefill_tokens: int, decode_tokens: int, padded_tokens: int, kv_used_blocks: int,
-                    num_waiting: int, useful_flops: float, useful_bytes: float) -> int:
+                    num_waiting: int, stop_reason: int, useful_flops: float, useful_bytes: float) -> int:
         """Append one step's record, every column of :attr:`STEP_TYPES` by name; return its
         number on its replica. The engine's hot path, one call per simulated step: keywords
         cost no more than positions, where building a record object (a NamedTuple) would
         add about a third to the call."""
-        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = self._appends  # STEP_COLUMNS order
+        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12 = self._appends  # STEP_COLUMNS order
         a0(replica)
         a1(start_s)
         a2(duration_s)
@@ -119,15 +123,16 @@ class EventLog:
         a7(padded_tokens)
         a8(kv_used_blocks)
         a9(num_waiting)
-        a10(useful_flops)
-        a11(useful_bytes)
+        a10(stop_reason)
+        a11(useful_flops)
+        a12(useful_bytes)
         k = self.replica_num_steps[replica]
         self.replica_num_steps[replica] = k + 1
         return k
 
     def append_steps(self, *, replica: int, start_s: list, duration_s: list, num_seqs: int, num_slots: int,
                      prefill_tokens: int, decode_tokens: int, padded_tokens: int, kv_used_blocks: int,
-                     num_waiting: list, useful_flops: list, useful_bytes: list) -> int:
+                     num_waiting: list, stop_reason: int, useful_flops: list, useful_bytes: list) -> int:
         """Append a run of ``len(start_s)`` consecutive steps of one replica at once, the columns
         named as in :meth:`append_step`: those given as lists have one value per step, the
         others one value for them all. Returns the first's number on the replica."""
@@ -137,7 +142,7 @@ class EventLog:
         s["duration_s"].extend(duration_s)
         for col, v in (("num_seqs", num_seqs), ("num_slots", num_slots), ("prefill_tokens", prefill_tokens),
                        ("decode_tokens", decode_tokens), ("padded_tokens", padded_tokens),
-                       ("kv_used_blocks", kv_used_blocks)):
+                       ("kv_used_blocks", kv_used_blocks), ("stop_reason", stop_reason)):
             s[col].extend([v] * k)
         s["num_waiting"].extend(num_waiting)
         s["useful_flops"].extend(useful_flops)
@@ -195,7 +200,7 @@ class EventLog:
         column cannot grow while a view of it is alive."""
         out = {}
         for c, v in self.steps.items():
-            view = np.frombuffer(v, dtype=np.int64 if v.typecode == "q" else np.float64)
+            view = np.frombuffer(v, dtype=_DTYPES[v.typecode])
             view.flags.writeable = False
             out[c] = view
         return out

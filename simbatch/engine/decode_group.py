@@ -200,6 +200,7 @@ class DecodeGroup:
             # With an empty queue an arrival may be admitted next step, so it ends the
             # run; behind a blocked head (steady_decode's promise) arrivals change nothing.
             stop_on_arrival = not queue
+            stop = policy.stop_reason  # steady_decode's dry run: the same at every step of a stretch
             while True:
                 waiting = len(queue)  # the queue as this step starts (nothing below changes it)
                 if stop_on_arrival and waiting:
@@ -217,7 +218,7 @@ class DecodeGroup:
                 now = start + seconds
                 step = append_step(replica=index, start_s=start, duration_s=seconds, num_seqs=n, num_slots=n,
                                    prefill_tokens=0, decode_tokens=n, padded_tokens=0, kv_used_blocks=kv.num_used,
-                                   num_waiting=waiting, useful_flops=cost.useful_flops,
+                                   num_waiting=waiting, stop_reason=stop, useful_flops=cost.useful_flops,
                                    useful_bytes=cost.useful_bytes)
                 self.clock = clock = clock + 1
                 self.last_step = replica.prev_decode = step

@@ -28,6 +28,7 @@ from operator import itemgetter
 import numpy as np
 
 from simbatch.core.sequence import FINISHED
+from simbatch.core.stop import BATCH  # a started padded batch admits no one
 from simbatch.costmodel.base import fast_price
 
 first = itemgetter(0)  # a (request, tokens) pair's request
@@ -104,8 +105,8 @@ def padded_run(replica):
         b = a + lives[a:done].count(n)  # live counts only fall, so equal ones are adjacent
         log.append_steps(replica=replica.index, start_s=starts[a:b], duration_s=seconds[a:b], num_seqs=n,
                          num_slots=slots, prefill_tokens=0, decode_tokens=n, padded_tokens=slots - n,
-                         kv_used_blocks=used, num_waiting=waiting[a:b], useful_flops=flops[a:b],
-                         useful_bytes=nbytes[a:b])
+                         kv_used_blocks=used, num_waiting=waiting[a:b], stop_reason=BATCH,
+                         useful_flops=flops[a:b], useful_bytes=nbytes[a:b])
         a = b
     batch.num_decodes_done = decoded0 + done
     advance(replica, rows.unfinished(), step0, done)
@@ -207,7 +208,7 @@ def mixed_run(replica):
             kv.take(need)
         start, context = env.now, group.context()
         chunks = schedule_chunks(budget - n, members)
-        waiting = policy.num_waiting
+        waiting, stop = policy.num_waiting, policy.stop_reason
         one = len(chunks) == 1  # the usual case under load: one chunk takes what the decodes left
         if one:
             (seq, tokens), = chunks
@@ -221,8 +222,8 @@ def mixed_run(replica):
         num = n + len(chunks)
         step = append_step(replica=index, start_s=start, duration_s=seconds, num_seqs=num, num_slots=num,
                            prefill_tokens=tokens, decode_tokens=n, padded_tokens=0,
-                           kv_used_blocks=kv.num_used, num_waiting=waiting, useful_flops=cost.useful_flops,
-                           useful_bytes=cost.useful_bytes)
+                           kv_used_blocks=kv.num_used, num_waiting=waiting, stop_reason=stop,
+                           useful_flops=cost.useful_flops, useful_bytes=cost.useful_bytes)
         end = env.now
         finished = apply_chunks(chunks, step, start, end)
         group.clock += 1

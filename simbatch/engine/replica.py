@@ -108,10 +108,10 @@ class Replica:
             if plan is None:
                 yield from self.idle(policy.wake_at())
                 continue
-            num_waiting = policy.num_waiting
+            num_waiting, stop = policy.num_waiting, policy.stop_reason
             cost = self.backend.step_cost(plan)
             yield env.timeout(cost.seconds)
-            finished = self.postprocess(plan, start, cost, num_waiting)
+            finished = self.postprocess(plan, start, cost, num_waiting, stop)
             policy.on_step_done(plan, finished, env.now)
 
     def idle(self, wake_at: float | None):
@@ -122,8 +122,9 @@ class Replica:
             events.append(self.env.timeout(max(0.0, wake_at - self.env.now)))
         yield self.env.any_of(events)
 
-    def postprocess(self, plan: StepPlan, start: float, cost, num_waiting: int) -> list[Sequence]:
-        """Apply a finished step: computed tokens, emitted tokens, finished requests, the log."""
+    def postprocess(self, plan: StepPlan, start: float, cost, num_waiting: int, stop: int) -> list[Sequence]:
+        """Apply a finished step: computed tokens, emitted tokens, finished requests, the log
+        (``num_waiting`` and ``stop``, the admission's stop reason, as the step started)."""
         log, end = self.log, self.env.now
         decode_slots = plan.num_decode_slots
         rids, news = plan.request_ids, plan.num_new_tokens
@@ -133,7 +134,7 @@ class Replica:
             replica=self.index, start_s=start, duration_s=cost.seconds, num_seqs=plan.num_seqs,
             num_slots=len(rids), prefill_tokens=plan.num_prefill_tokens,
             decode_tokens=decode_tokens, padded_tokens=plan.num_padded_tokens,
-            kv_used_blocks=self.policy.kv.num_used, num_waiting=num_waiting,
+            kv_used_blocks=self.policy.kv.num_used, num_waiting=num_waiting, stop_reason=stop,
             useful_flops=cost.useful_flops, useful_bytes=cost.useful_bytes)
         finished = self.apply_decodes(rids, news, decode_slots, step, start, end) if decode_slots else []
         if len(rids) > decode_slots:  # prefill chunks (a prefill-only step has no decode slot)

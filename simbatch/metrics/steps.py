@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from simbatch.core.eventlog import EventLog
+from simbatch.core.stop import STOP_REASONS
 from simbatch.metrics.columns import Columns, group_order, to_frame
 
 
@@ -18,7 +19,8 @@ def steps_table(log: EventLog):
 
 
 def step_columns(log: EventLog) -> Columns:
-    """The per-step columns in recording order, plus ``step`` (number on its replica) and ``end_s``."""
+    """The per-step columns in recording order, plus ``step`` (number on its replica) and ``end_s``;
+    ``stop_reason`` by name (:mod:`simbatch.core.stop`), not by the code the log keeps."""
     t = log.step_table()
     # The log's own read-only views, not copies: a million-request run logs millions of steps.
     cols = {c: np.asarray(t[c]) for c in log.STEP_COLUMNS}
@@ -35,6 +37,8 @@ def step_columns(log: EventLog) -> Columns:
     step = np.empty(replica.size, dtype=np.int64)
     step[order] = ranks
     cols["step"] = step
+    # An object column of the few names (shared strings): 8 bytes a step, as an integer is.
+    cols["stop_reason"] = np.array(STOP_REASONS, dtype=object)[cols["stop_reason"]]
     cols["end_s"] = np.asarray(cols["start_s"], dtype=np.float64) + np.asarray(cols["duration_s"], dtype=np.float64)
     names = ["replica", "step", "start_s", "end_s"] + [c for c in log.STEP_COLUMNS if c not in ("replica", "start_s")]
     return {name: cols[name] for name in names}

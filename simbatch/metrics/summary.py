@@ -35,6 +35,7 @@ SUMMARY_KEYS = (
     "mfu",
     "mbu",
     "kv_peak_frac",
+    "admission_stops",
     "preemptions",
     "ttft_ms",
     "tpot_ms",
@@ -180,6 +181,20 @@ def waiting_frac(log: EventLog, duration: float, front_end_s: float = 0.0) -> fl
     return _ratio(waited, duration * len(np.unique(replica)))
 
 
+def admission_stops(steps) -> dict | None:
+    """What held the queue back: over the steps that started with a request waiting, the share
+    whose admission stopped for each reason (``stop_reason``, :mod:`simbatch.core.stop`), largest
+    first; None when no step had a request waiting. At the knee this names the limit that binds
+    (``kv``: memory, ``seats``: ``max_num_seqs``, ``budget``: the step's tokens)."""
+    queued = column(steps, "num_waiting") > 0
+    total = int(np.count_nonzero(queued))
+    if not total:
+        return None
+    reasons, counts = np.unique(column(steps, "stop_reason")[queued].astype(str), return_counts=True)
+    order = np.argsort(-counts, kind="stable")
+    return {str(reasons[i]) or "none": _ratio(int(counts[i]), total) for i in order}
+
+
 def _busy_peak(steps, busy: float, peak) -> float:
     """Busy seconds x peak rate: ``peak`` is one number, or a list with each replica's (mixed GPUs)."""
     if np.ndim(peak) == 0:
@@ -214,6 +229,7 @@ def _step_metrics(log: EventLog, steps, duration: float, peak_flops: float,
         "mfu": _ratio(flops, _busy_peak(steps, busy, peak_flops) * gpus),
         "mbu": _ratio(nbytes, _busy_peak(steps, busy, peak_bandwidth) * gpus),
         "kv_peak_frac": kv_peak,
+        "admission_stops": admission_stops(steps),
     }
 
 

@@ -16,6 +16,7 @@ from typing import ClassVar
 from simbatch.core.kvcache import KVCache
 from simbatch.core.plan import StepPlan
 from simbatch.core.sequence import Sequence
+from simbatch.core.stop import NONE
 
 
 class Policy:
@@ -35,6 +36,9 @@ class Policy:
     # {"slo": "max_num_seqs"}. Inherited: a subclass whose Params keep the field is driven
     # alike (the TGI example under the SLO controller); one declares {} to opt out.
     knobs: ClassVar[dict[str, str]] = {}
+    # Why the latest admission (or its dry run) stopped taking requests: a code of
+    # simbatch.core.stop, logged with each step (steps.csv's stop_reason). NONE: no reason given.
+    stop_reason: int = NONE
 
     def __init_subclass__(cls, **kwargs):
         # A fast-path promise covers the scheduling code written beside it. A subclass

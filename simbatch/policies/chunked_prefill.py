@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from simbatch.core.params import require
 from simbatch.core.plan import StepPlan
 from simbatch.core.sequence import RUNNING, Sequence
+from simbatch.core.stop import PREEMPTED
 from simbatch.policies.iteration import IterationParams, IterationPolicy
 
 DEFAULT_BUDGET = 2048  # vLLM v1's API-server max_num_batched_tokens on A100-class GPUs
@@ -123,9 +124,8 @@ class ChunkedPrefillPolicy(IterationPolicy):
         with an age bound or priority preemption never get here (``mixes_chunks`` is off)."""
         self.preempted_now = False  # the decodes were planned without preempting anyone
         chunks, budget = self.take_running(self.prefilling, budget, False, protected)
-        if budget <= 0:  # admit_chunks would admit nobody (the usual case under load: asked first)
-            return chunks
-        return chunks + self.admit_chunks(budget)
+        admitted = self.admit_chunks(budget)  # under load mostly none: no budget is left
+        return chunks + admitted if admitted else chunks
 
     def all_decoding(self) -> bool:
         return not self.prefilling
@@ -202,7 +202,12 @@ class ChunkedPrefillPolicy(IterationPolicy):
 
     def admit_chunks(self, budget: int, now: float | None = None) -> list[tuple[Sequence, int]]:
         """First chunks of queued requests (after their cached prefix), in queue order,
-        while budget, seats and KV last; none in a step that preempted (vLLM v1)."""
-        if self.preempted_now or budget <= 0:
+        while budget, seats and KV last; none in a step that preempted (vLLM v1). Why it
+        stopped is left in :attr:`stop_reason`."""
+        if self.preempted_now:
+            self.stop_reason = PREEMPTED
+            return []
+        if budget <= 0:  # nobody fits (the usual case under load): no need to order the queue
+            self.stop_reason = self.queue_stop(budget)
             return []
         return self.admit_queue(budget, now)

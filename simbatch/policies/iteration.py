@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from simbatch.core.params import require
 from simbatch.core.plan import StepPlan
 from simbatch.core.sequence import FINISHED, RUNNING, Sequence
+from simbatch.core.stop import BUDGET, EMPTY, KV, NONE, PADDING, SEATS
 from simbatch.policies.base import Policy
 from simbatch.policies.queue_order import QueueOrder, check_queue_params
 
@@ -85,10 +86,13 @@ class IterationPolicy(Policy):
     def steady_decode(self) -> bool:
         # Everyone decoding and nobody admissible: schedule() would plan all
         # running requests, one token each, in admission order, until a finish
-        # frees seats or blocks (or, with an empty queue, until an arrival).
+        # frees seats or blocks (or, with an empty queue, until an arrival). The
+        # admission's stop reason, which the steady steps log, is the dry run's.
         if not self.running:
             return False
-        if self.waiting:  # cheap checks first: under load the queue usually decides
+        if not self.waiting:
+            self.stop_reason = EMPTY
+        else:  # cheap checks first: under load the queue usually decides
             if self.order.is_fcfs:
                 if not self.head_blocked():
                     return False
@@ -99,8 +103,23 @@ class IterationPolicy(Policy):
         return self.all_decoding()
 
     def blocked_for_all(self) -> bool:
-        """No queued request, whichever, can be admitted before a running one finishes."""
-        return len(self.running) >= self.params.max_num_seqs or self.prefill_room() <= 0
+        """No queued request, whichever, can be admitted before a running one finishes (no
+        seat, or no token of the step's budget); records which in :attr:`stop_reason`."""
+        stop = self.queue_stop(self.prefill_room())
+        if stop == NONE:
+            return False
+        self.stop_reason = stop
+        return True
+
+    def queue_stop(self, budget: int) -> int:
+        """Why nobody can be admitted with ``budget`` tokens of the step left, whoever heads the
+        queue: ``EMPTY``, ``SEATS`` or ``BUDGET``, in that order (:mod:`simbatch.core.stop`);
+        ``NONE`` when the head itself must be asked (:meth:`head_admission`)."""
+        if not self.waiting:
+            return EMPTY
+        if len(self.running) >= self.params.max_num_seqs:
+            return SEATS
+        return BUDGET if budget <= 0 else NONE
 
     def prefill_room(self) -> int:
         """Tokens of the step's budget left for admissions once every running request has
@@ -114,7 +133,7 @@ class IterationPolicy(Policy):
     def head_blocked(self) -> bool:
         """The queue's head cannot be admitted, and only a finish can change that: the dry run
         of the admission schedule() would make (seats, the step's tokens and free blocks
-        only shrink while requests decode)."""
+        only shrink while requests decode), which leaves its reason in :attr:`stop_reason`."""
         return self.head_admission(self.prefill_room()) is None
 
     def admission_tokens(self, seq: Sequence, hit: int, budget: int) -> int:
@@ -125,17 +144,21 @@ class IterationPolicy(Policy):
     def head_admission(self, budget: int) -> tuple[int, tuple[int, int]] | None:
         """Dry run of admitting the queue's head with ``budget`` tokens of the step left:
         ``(tokens, match)`` if a seat, the budget and KV blocks (above the watermark) allow
-        it, else None. Changes nothing; :meth:`admit_queue` and the steady check both use it,
-        so the rule is written once."""
-        waiting = self.waiting
-        if not waiting or budget <= 0 or len(self.running) >= self.params.max_num_seqs:
+        it, else None, with the reason in :attr:`stop_reason` (checked in the order of
+        :mod:`simbatch.core.stop`). Changes nothing else; :meth:`admit_queue` and the steady
+        check both use it, so the rule is written once."""
+        stop = self.queue_stop(budget)
+        if stop != NONE:
+            self.stop_reason = stop
             return None
-        seq, kv = waiting[0], self.kv
+        seq, kv = self.waiting[0], self.kv
         match = kv.match(seq)
         n = self.admission_tokens(seq, match[0], budget)
         if n <= 0:
+            self.stop_reason = BUDGET
             return None
         if not kv.can_allocate(kv.admission_blocks(seq, n, match), self.admission_reserve()):
+            self.stop_reason = KV
             return None
         return n, match
 
@@ -149,14 +172,17 @@ class IterationPolicy(Policy):
 
     def admit_queue(self, budget: int, now: float | None) -> list[tuple[Sequence, int]]:
         """Admit from the head of the queue (in ``queue_order``) while :meth:`head_admission`
-        allows; returns the ``(request, tokens)`` admitted."""
+        allows; returns the ``(request, tokens)`` admitted, and leaves why it stopped in
+        :attr:`stop_reason`."""
         taken: list[tuple[Sequence, int]] = []
         if not self.waiting or len(self.running) >= self.params.max_num_seqs:
+            self.stop_reason = SEATS if self.waiting else EMPTY
             return taken
         self.order_queue(now)
         while (admission := self.head_admission(budget)) is not None:
             n, match = admission
             if taken and not self.joins_batch([k for _, k in taken], n):
+                self.stop_reason = PADDING
                 break
             seq = self.waiting[0]
             self.admit(seq, n, match)

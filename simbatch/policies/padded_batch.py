@@ -14,6 +14,7 @@ from itertools import islice
 
 from simbatch.core.plan import StepPlan
 from simbatch.core.sequence import FINISHED, RUNNING, Sequence
+from simbatch.core.stop import BATCH, EMPTY, KV, SEATS
 from simbatch.policies.base import Policy
 
 
@@ -86,7 +87,12 @@ class BatchPolicy(Policy):
             members = self.select(now)
             if not members:
                 return None
-            self.batch = self._start(self._fit_kv(members, now))
+            fitted = self._fit_kv(members, now)
+            # Why the batch took no more: memory cut it, the queue ran out, or its size was reached.
+            self.stop_reason = KV if len(fitted) < len(members) else EMPTY if len(fitted) == len(self.waiting) else SEATS
+            self.batch = self._start(fitted)
+        else:
+            self.stop_reason = BATCH  # a started batch admits no one
         return self.batch.next_plan()
 
     def wake_at(self) -> float | None:

@@ -62,6 +62,8 @@ def _arrow_array(values: np.ndarray):
     import pyarrow as pa
 
     kind = values.dtype.kind
+    if kind == "O" and values.ndim == 1 and (texts := _texts(values)) is not None:
+        return texts
     if values.ndim != 1 or kind not in "iufb":
         return pa.array(values, from_pandas=True)
     values = np.ascontiguousarray(values, values.dtype.newbyteorder("="))
@@ -72,6 +74,20 @@ def _arrow_array(values: np.ndarray):
     validity = _bits(~missing) if nulls else None
     return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values),
                                  [validity, pa.py_buffer(values)], null_count=nulls)
+
+
+def _texts(values: np.ndarray):
+    """An object column of strings (a step's ``stop_reason``) as a pyarrow string array, built
+    from its buffers: ``pyarrow.array`` would import pandas, which a run does not otherwise
+    load. None when some value is not a string."""
+    import pyarrow as pa
+
+    data = [v.encode() if isinstance(v, str) else None for v in values.tolist()]
+    if None in data:
+        return None
+    offsets = np.zeros(len(data) + 1, dtype=np.int32)
+    np.cumsum(np.fromiter(map(len, data), np.int64, len(data)), out=offsets[1:])
+    return pa.Array.from_buffers(pa.string(), len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
 
 
 def _bits(flags: np.ndarray):

@@ -191,6 +191,10 @@ def format_summary(summary: dict, title: str) -> str:
         f"MFU {fmt_pct(s['mfu'])} %, MBU {fmt_pct(s['mbu'])} % (while busy), KV peak {fmt_pct(s['kv_peak_frac'])} %",
         f"preemptions   {s['preemptions']}",
     ]
+    stops = s.get("admission_stops")
+    if stops:  # what held the queue back, while requests waited (docs/metrics.md)
+        tail.append("queue held by " + ", ".join(f"{k} {fmt_pct(v)} %" for k, v in stops.items())
+                    + " of the steps with requests waiting")
     if isinstance(cm, dict):  # which cost model priced the steps, and from what data
         tail.append(f"cost model    {cm.get('kind')} ({cm.get('source')})")
     engine = s.get("engine")

@@ -23,6 +23,7 @@ import yaml
 from simbatch.core.prefix_cache import PREFIX_CACHE_STATS
 from simbatch.errors import SimbatchError
 from simbatch.files.outpaths import check_path_name
+from simbatch.core.stop import STOP_REASONS
 from simbatch.metrics.summary import LATENCY_KEYS, SUMMARY_KEYS
 from simbatch.report.outputs import atomic_write, json_safe
 from simbatch.runs.executors import Executor, InlineExecutor
@@ -30,7 +31,8 @@ from simbatch.scenario.spec import Scenario, from_dict
 from simbatch.sweep.grid import Grid, Point, expand
 from simbatch.sweep.progress import Progress
 
-LATENCY_STATS = ("mean", "median", "p90", "p99")  # the keys of each latency dict in summary.json
+LATENCY_STATS = ("mean", "median", "p90", "p99")
+STOP_NAMES = (*STOP_REASONS[1:], "none")  # admission_stops' keys (a policy's unnamed reason: "none")  # the keys of each latency dict in summary.json
 
 
 def flatten(summary: dict) -> dict:
@@ -41,6 +43,9 @@ def flatten(summary: dict) -> dict:
             row.update({f"{key}.{stat}": summary[key][stat] for stat in LATENCY_STATS})
         elif key == "prefix_cache":  # a mapping, or None without prefix caching
             row.update({f"{key}.{stat}": (summary[key] or {}).get(stat) for stat in PREFIX_CACHE_STATS})
+        elif key == "admission_stops":  # shares by reason, or None when nothing ever waited
+            stops = summary[key]
+            row.update({f"{key}.{r}": None if stops is None else stops.get(r, 0.0) for r in STOP_NAMES})
         else:
             row[key] = summary[key]
     return row
