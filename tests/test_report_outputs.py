@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from simbatch.cli import main
 from simbatch.metrics import comparison_table, request_table, steps_table, summarize
 from simbatch.metrics.summary import SUMMARY_KEYS
 from simbatch.errors import SimbatchError
@@ -152,7 +153,7 @@ def test_format_summary_with_no_data():
 
 def test_format_comparison_plain_and_markdown(run):
     table = comparison_table({"fcfs": run[0], "static-batching": run[0]})
-    plain = format_comparison(table).splitlines()
+    plain = format_comparison(table, wide=True).splitlines()
     assert plain[0].startswith("policy") and "TTFT p99 ms" in plain[0] and "MFU %" in plain[0]
     assert set(plain[1]) <= {"-", " "}
     assert plain[2].startswith("fcfs ") and plain[3].startswith("static-batching")
@@ -265,21 +266,29 @@ def test_without_pyarrow_tables_are_csv_and_parquet_asked_for_is_one_line(tmp_pa
     assert "sweep.parquet not written: pyarrow is not installed" in capsys.readouterr().err
 
 
-def test_a_narrow_terminal_gets_the_core_columns_and_a_file_gets_them_all():
-    """The comparison table was 222-255 characters wide whatever the terminal (issue 33 §3)."""
+def test_compare_prints_the_core_columns_and_wide_prints_them_all():
+    """The comparison table was 222-255 characters wide (issue 33 §3), then narrow only on a
+    narrow terminal, so a pipe and the README got all 24 columns (issue 34 §7)."""
     from simbatch.report.table import CORE_COLUMNS, format_comparison
 
     table = pd.DataFrame({"policy": ["continuous"], "completed": [3000], "request_throughput": [2.44],
                           "ttft_p50_ms": [75.0], "ttft_p99_ms": [372.9], "tpot_p50_ms": [20.6],
-                          "tpot_p99_ms": [39.0], "e2el_p50_ms": [3463.0], "slo_attainment": [0.997],
-                          "mfu": [0.144], "mbu": [0.533], "preemptions": [0]})
-    full = format_comparison(table)
-    assert "MFU %" in full and format_comparison(table, width=10_000) == full
-    narrow = format_comparison(table, width=100)
-    lines = narrow.splitlines()
-    assert "MFU %" not in narrow and all(c in lines[0] for c in ("req/s", "TTFT p50", "SLO %", "preempt"))
-    assert max(len(line) for line in lines[:-1]) <= 100 and "more columns in comparison.csv" in lines[-1]
-    assert len(CORE_COLUMNS) == 8
+                          "tpot_p99_ms": [39.0], "itl_p99_ms": [155.3], "e2el_p50_ms": [3463.0],
+                          "slo_attainment": [0.997], "padding_waste_frac": [0.0], "mfu": [0.144], "mbu": [0.533],
+                          "preemptions": [0]})
+    full = format_comparison(table, wide=True)
+    assert "MFU %" in full and "more columns" not in full
+    lines = format_comparison(table).splitlines()
+    assert lines[0].split("  ")[0] == "policy" and len(CORE_COLUMNS) + 1 <= 8
+    assert all(c in lines[0] for c in CORE_COLUMNS) and "MFU %" not in lines[0] and "preempt" not in lines[0]
+    assert max(len(line) for line in lines[:-1]) <= 100
+    assert lines[-1] == "(16 more columns in comparison.csv; --wide prints them all)"
+
+
+def test_compare_wide_prints_every_column(capsys):
+    assert main(["compare", "classroom", "--policies", "static,continuous", "--wide"]) == 0
+    out = capsys.readouterr().out
+    assert "MFU %" in out and "KV peak %" in out and "more columns" not in out
 
 
 # The bundled chat comparison's figures (simbatch compare chat): static and dynamic batching an hour

@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-
 from simbatch.commands.common import (add_format_argument, add_scenario_arguments, check_format, comma_list,
                                       load, print_notes)
 
 NAME = "compare"
 HELP = "run one workload under several policies"
-
-
-def terminal_width() -> int | None:
-    """The terminal's width when standard output is one, else None (a file or a pipe gets the
-    whole table)."""
-    import shutil
-
-    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
 def add_arguments(p) -> None:
@@ -33,6 +23,8 @@ def add_arguments(p) -> None:
                    help="comma-separated named variants to compare (default: all of the scenario's variants:)")
     p.add_argument("--jobs", type=int, default=None,
                    help="processes to run policies in parallel (default: one per core)")
+    p.add_argument("--wide", action="store_true",
+                   help="print every column of the comparison (default: the policy and 7 core columns)")
     p.add_argument("--report", action="store_true",
                    help="also write report.html, report.md and report_files/ into --out")
     p.add_argument("--traces", action="store_true",
@@ -68,7 +60,7 @@ def run(args) -> None:
     first = next(iter(runs.values())).summary
     print(f"{scenario.name}: {first['model']['name']} on {describe_gpus(first)}, "
           f"{first['num_requests']} requests")
-    print(format_comparison(table, terminal_width()))
+    print(format_comparison(table, args.wide))
     if args.out:
         write_compare(args.out, runs, table, args.format)
         print(f"wrote {args.out}/comparison.csv, comparison.png and one folder per policy")

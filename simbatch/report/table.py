@@ -145,22 +145,22 @@ def comparison_cells(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return ["policy"] + headers, [[str(rec["policy"])] + row for rec, row in zip(records, cells)]
 
 
-# The columns a narrow terminal keeps, in this order of dropping last: what a user reads first.
-CORE_COLUMNS = ("req/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2EL p50", "SLO %", "preempt")
+# The columns compare prints unless asked for all (issue 34 §7: the whole view is 24 columns,
+# 255 characters): what a user reads first, the throughput, the two latencies at the median
+# and the tail, the SLO share, and the padding that tells padded batching apart.
+CORE_COLUMNS = ("req/s", "TTFT p50", "TTFT p99", "TPOT p50", "ITL p99", "SLO %", "pad %")
 
 
-def format_comparison(table: pd.DataFrame, width: int | None = None) -> str:
-    """The comparison table (see ``metrics.comparison_table``) as aligned plain text; with a
-    ``width`` (a terminal's) narrower than the full table, only :data:`CORE_COLUMNS` are kept
-    and a last line says what was left out and where the full table is (files keep it all)."""
+def format_comparison(table: pd.DataFrame, wide: bool = False) -> str:
+    """The comparison table (see ``metrics.comparison_table``) as aligned plain text: the policy
+    and :data:`CORE_COLUMNS`, with a last line saying how many columns more ``comparison.csv``
+    holds; ``wide`` prints every column. The same text on a terminal and in a pipe."""
     headers, rows = comparison_cells(table)
-    full = render(headers, rows)
-    if width is None or max(len(line) for line in full.splitlines()) <= width:
-        return full
+    if wide:
+        return render(headers, rows)
     keep = [0] + [i for i, h in enumerate(headers) if any(h.startswith(c + " ") or h == c for c in CORE_COLUMNS)]
     narrow = render([headers[i] for i in keep], [[r[i] for i in keep] for r in rows])
-    left = len(headers) - len(keep)
-    return f"{narrow}\n({left} more columns in comparison.csv; a wider terminal shows them all)"
+    return f"{narrow}\n({len(headers) - len(keep)} more columns in comparison.csv; --wide prints them all)"
 
 
 def format_comparison_markdown(table: pd.DataFrame) -> str:
