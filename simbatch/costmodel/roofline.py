@@ -20,11 +20,17 @@ import numpy as np
 
 from simbatch.catalog.hardware import GPUSpec, get_gpu
 from simbatch.catalog.models import ModelSpec, get_model
-from simbatch.core.plan import StepPlan
 from simbatch.costmodel.base import AttnWork, StepCost, StepWork
-from simbatch.costmodel.model_terms import (MARLIN_TILE_TOKENS, MOE_BLOCK_ROWS, activation_elements,
-                                            dequantises, check_expert_parallel, check_tensor_parallel,
-                                            linear_rate, quantized_kept_seconds)
+from simbatch.costmodel.model_terms import (
+    MARLIN_TILE_TOKENS,
+    MOE_BLOCK_ROWS,
+    activation_elements,
+    check_expert_parallel,
+    check_tensor_parallel,
+    dequantises,
+    linear_rate,
+    quantized_kept_seconds,
+)
 from simbatch.costmodel.roofline_params import check_params
 from simbatch.costmodel.routing import ExpertLoad
 from simbatch.costmodel.work import PricedByWork, attn_sums, decode_work
@@ -43,7 +49,7 @@ class RooflineCostModel(PricedByWork):
         self.expert_parallel = check_expert_parallel(self.model, self.tensor_parallel, "cluster.expert_parallel")
         self.params = check_params(params, "cost_model")
         self._precompute()
-        self._stream_terms: dict[tuple[int, int], tuple] = {}  # _count_terms by (tokens, rows)
+        self._terms: dict[tuple[int, int], tuple] = {}  # _count_terms by (tokens, rows)
 
     def describe(self) -> dict:
         """Kind, source, what is priced, and every parameter (defaults included)."""
@@ -137,17 +143,20 @@ class RooflineCostModel(PricedByWork):
         self._a2a_row = (ep - 1) / ep * h * dt / link if ep > 1 else 0.0
 
     def price(self, work: StepWork, kept: StepWork, live: int) -> StepCost:
-        """The step's cost from its summed work (:func:`plan_work`); ``live``: non-padding slots."""
+        """The step's cost from its summed work (:func:`plan_work`); ``live``: non-padding slots.
+
+        Every step is priced here, the engine fast path's too (``decode_cost``, ``mixed_cost``,
+        ``price_streams`` of :class:`PricedByWork` build its work and call this): the linear
+        layers, LM head and all-reduce depend only on the (tokens, rows) counts and come from
+        :meth:`_count_terms`, computed once per count."""
         tokens, rows, dec, pre = work
-        lin = self._linear_seconds(tokens)
-        lm = max(rows * self._lm_flops_row * self._lm_inv_flops,
-                 (self._lm_weight_bytes + rows * self._lm_act_row) * self._inv_bw) if rows else 0.0
+        lin, lm, *_, ar = self._count_terms(tokens, rows)
         bd = {
             "linear": lin,
             "lm_head": lm,
             "attn_prefill": self.attn_seconds(pre),
             "attn_decode": self.attn_seconds(dec, decode=True),
-            "allreduce": tokens * self._ar_tok + self._ar_fixed if tokens else 0.0,
+            "allreduce": ar,
             "overhead": self.overhead(work, live),
         }
         if self._moe:
@@ -159,84 +168,17 @@ class RooflineCostModel(PricedByWork):
         flops, nbytes = self.counts(kept)
         return StepCost(sum(bd.values()), bd, flops, nbytes)
 
-    def decode_cost(self, num_seqs: int, context_sum: int) -> StepCost:
-        """:meth:`price` of ``decode_work(num_seqs, context_sum)`` (the fast path's steady decode
-        step), by :meth:`_dense_price`."""
-        if self._moe or not num_seqs:  # routed experts and all-to-all terms: the general path
-            return super().decode_cost(num_seqs, context_sum)
-        pairs = context_sum + num_seqs  # decode_work: (n, n, (s + n, s + n, n), no prefill)
-        return self._dense_price(num_seqs, num_seqs, pairs, num_seqs, 0, 0, 0, num_seqs)
-
-    def step_cost(self, plan: StepPlan) -> StepCost:
-        """A step of one prompt (or chunk) alone, continuous batching's prefill-first step, is
-        priced by :meth:`_dense_price`; every other plan by the general path."""
-        rids = plan.request_ids
-        if (len(rids) != 1 or plan.num_decode_slots or plan.num_pad_tokens is not None
-                or plan.num_streams != 1 or self._moe or rids[0] < 0 or plan.num_new_tokens[0] < 2):
-            return super().step_cost(plan)
-        k, c = plan.num_new_tokens[0], plan.num_context_tokens[0]
-        return self._dense_price(k, 1, 0, 0, k * c + (k * k + k) // 2, c + k, k, 1)  # attn_sums([k], [c])
+    def overhead(self, work: StepWork, live: int) -> float:
+        p = self.params
+        return p["step_overhead_s"] + p["per_seq_overhead_s"] * live + p["per_token_overhead_s"] * work[0]
 
     def mixed_cost(self, num_decodes: int, context_sum: int, chunk_new: list[int],
                    chunk_ctx: list[int], streams: int = 1) -> StepCost:
-        # The fast path's chunked-prefill steps of a dense model: two streams by
-        # _two_stream_cost, one by _dense_price; the rest (MoE, nothing computed), the base's.
+        """:class:`PricedByWork`'s, with a dense model's two-stream step by :meth:`_two_stream_cost`."""
         n = num_decodes
-        if self._moe or not (n or sum(chunk_new)):
-            return super().mixed_cost(n, context_sum, chunk_new, chunk_ctx, streams)
-        if streams > 1 and n and chunk_new:  # two micro-batches (an empty one: the base's price_streams)
-            if sum(chunk_new):
-                return self._two_stream_cost(n, context_sum, chunk_new, chunk_ctx)
-            return super().mixed_cost(n, context_sum, chunk_new, chunk_ctx, streams)
-        if len(chunk_new) == 1 and chunk_new[0]:  # the usual step under load: one chunk (attn_sums inline)
-            k, c = chunk_new[0], chunk_ctx[0]
-            pp, pkv, pq, rows = k * c + (k * k + k) // 2, c + k, k, 1
-        else:
-            pp, pkv, pq = attn_sums(chunk_new, chunk_ctx)
-            rows = len(chunk_new) - chunk_new.count(0)
-        pairs = context_sum + n
-        return self._dense_price(n + pq, n + rows, pairs, n, pp, pkv, pq, n + len(chunk_new))
-
-    def _dense_price(self, tokens: int, rows: int, dec_pairs: int, dec_q: int, pre_pairs: int,
-                     pre_kv: int, pre_q: int, live: int) -> StepCost:
-        """:meth:`price` of a dense model's step of ``tokens`` tokens and ``rows`` logit rows (both
-        > 0) over ``live`` slots, its decode attention ``(dec_pairs, dec_pairs, dec_q)`` and its
-        prefill attention ``(pre_pairs, pre_kv, pre_q)``, with the work all kept.
-
-        The fast path's steps (steady decode, one prompt, chunked prefill's mixed step) are
-        priced here from the linear, LM-head and all-reduce terms :meth:`_count_terms` keeps per
-        count, and the rest by the expressions :meth:`price`, :meth:`attn_seconds`,
-        :meth:`overhead` and :meth:`counts` use, added in their order, so the prices are
-        bit-identical (``tests/test_fast_prices.py``); only ``sum``'s exact start is left out.
-        """
-        lin, lm, _, _, _, part_flops, lin_bytes, lm_bytes, ar = (
-            self._stream_terms.get((tokens, rows)) or self._count_terms(tokens, rows))
-        aif, aib, kvt = self._attn_inv_flops, self._attn_inv_bw, self._attn_kv_tok
-        attn_p = (max(pre_pairs * self._attn_flops_pair * aif, (pre_kv * kvt + pre_q * self._attn_q_tok) * aib)
-                  if pre_q else 0.0)
-        attn_d = (max(dec_pairs * self._attn_flops_pair_dec * aif,
-                      (dec_pairs * kvt + dec_q * self._attn_q_tok_dec) * aib) if dec_q else 0.0)
-        p = self.params  # overhead(), written out
-        over = p["step_overhead_s"] + p["per_seq_overhead_s"] * live + p["per_token_overhead_s"] * tokens
-        if self._mla:  # counts(): decode and prefill attention count differently
-            attn_flops = dec_pairs * self._attn_flops_pair_dec + pre_pairs * self._attn_flops_pair
-            q_bytes = dec_q * self._attn_q_tok_dec + pre_q * self._attn_q_tok
-        else:
-            attn_flops, q_bytes = (dec_pairs + pre_pairs) * self._attn_flops_pair, (dec_q + pre_q) * self._attn_q_tok
-        nbytes = (dec_pairs + pre_kv) * kvt + q_bytes
-        nbytes += lin_bytes
-        nbytes += lm_bytes
-        bd = {"linear": lin, "lm_head": lm, "attn_prefill": attn_p, "attn_decode": attn_d, "allreduce": ar,
-              "overhead": over}
-        seconds = lin + lm + attn_p + attn_d + ar + over
-        if self._floor:
-            bd["launch_wait"] = wait = self.launch_wait(lin + lm + attn_p + attn_d + ar)
-            seconds += wait
-        return StepCost(seconds, bd, float(part_flops + attn_flops), float(nbytes))
-
-    def overhead(self, work: StepWork, live: int) -> float:
-        p = self.params  # (_two_stream_cost writes this formula out too: one call less a step)
-        return p["step_overhead_s"] + p["per_seq_overhead_s"] * live + p["per_token_overhead_s"] * work[0]
+        if streams > 1 and n and chunk_new and sum(chunk_new) and not self._moe:
+            return self._two_stream_cost(n, context_sum, chunk_new, chunk_ctx)
+        return super().mixed_cost(n, context_sum, chunk_new, chunk_ctx, streams)
 
     def _two_stream_cost(self, n: int, s: int, chunk_new: list[int], chunk_ctx: list[int]) -> StepCost:
         """:meth:`price_streams` of ``n`` decodes (contexts summing to ``s``) beside prefill
@@ -249,14 +191,14 @@ class RooflineCostModel(PricedByWork):
         in the same order. Only additions of an exact ``0.0`` (a part's missing kernel,
         ``sum``'s start) are left out: ``x + 0.0 == x`` for every price here (none is
         ``-0.0``). What depends only on a micro-batch's token and row counts (its linear layers
-        and LM head) comes from :meth:`_stream_terms`, computed once per count.
+        and LM head) comes from :meth:`_count_terms`, computed once per count.
         ``tests/test_fast_prices.py`` compares the two paths on random steps.
         """
         aif, aib, kvt = self._attn_inv_flops, self._attn_inv_bw, self._attn_kv_tok
         # The decode micro-batch: decode_work(n, s) = (n tokens, n rows, (s + n, s + n, n), no prefill).
         pairs = s + n
         lin_d, lm_d, part_c, part_m, part_own, part_flops, lin_bytes, lm_bytes, ar_d = (
-            self._stream_terms.get((n, n)) or self._count_terms(n, n))
+            self._count_terms(n, n))
         at_c, at_m = pairs * self._attn_flops_pair_dec * aif, (pairs * kvt + n * self._attn_q_tok_dec) * aib
         attn_d = max(at_c, at_m)
         compute, memory = part_c + at_c, part_m + at_m  # bounds(): (linear + LM head) + attention
@@ -274,7 +216,7 @@ class RooflineCostModel(PricedByWork):
             pre_pairs, pre_kv, p = attn_sums(chunk_new, chunk_ctx)
             r = len(chunk_new) - chunk_new.count(0)
         lin_p, lm_p, part_c, part_m, part_own, part_flops, lin_bytes, lm_bytes, ar_p = (
-            self._stream_terms.get((p, r)) or self._count_terms(p, r))
+            self._count_terms(p, r))
         at_c, at_m = pre_pairs * self._attn_flops_pair * aif, (pre_kv * kvt + p * self._attn_q_tok) * aib
         attn_p = max(at_c, at_m)
         compute += part_c + at_c
@@ -299,22 +241,31 @@ class RooflineCostModel(PricedByWork):
         return StepCost(seconds, bd, flops, nbytes + nbytes_p)
 
     def _count_terms(self, tokens: int, rows: int) -> tuple:
-        """The terms of a micro-batch of ``tokens`` tokens (> 0) and ``rows`` logit rows (> 0)
-        that do not depend on its attention, as :meth:`price`, :meth:`bounds` and :meth:`counts`
+        """The terms of a step (or micro-batch) of ``tokens`` tokens and ``rows`` logit rows that
+        do not depend on its attention, as :meth:`price`, :meth:`bounds` and :meth:`counts`
         compute them: (linear s, LM head s, their compute-side sum, their memory-side sum,
-        linear + LM head s, linear + LM head FLOPs, linear bytes, LM head bytes, all-reduce s).
-        Kept in :attr:`_stream_terms` (token counts stay within a step's budget)."""
-        lin_c = self._gemm_tokens(tokens) * self._lin_flops_tok * self._lin_inv_flops + tokens * self._lin_fixed_tok
-        lin_m = (self._lin_weight_bytes + tokens * self._lin_act_tok) * self._inv_bw
-        lm_c = rows * self._lm_flops_row * self._lm_inv_flops
-        lm_m = (self._lm_weight_bytes + rows * self._lm_act_row) * self._inv_bw
-        lin, lm = max(lin_c, lin_m), max(lm_c, lm_m)
+        linear + LM head s, linear + LM head FLOPs, linear bytes, LM head bytes, all-reduce s),
+        0.0 for a part with no tokens or no rows. Kept per count in :attr:`_terms` (token counts
+        stay within a step's budget): 0.1-0.25 s a run on the Azure trace."""
+        terms = self._terms.get((tokens, rows))
+        if terms is not None:
+            return terms
+        lin = lin_c = lin_m = lin_bytes = ar = lm = lm_c = lm_m = lm_bytes = 0.0
+        if tokens:
+            lin_c = (self._gemm_tokens(tokens) * self._lin_flops_tok * self._lin_inv_flops
+                     + tokens * self._lin_fixed_tok)
+            lin_bytes = self._lin_weight_bytes + tokens * self._lin_act_tok
+            lin_m = lin_bytes * self._inv_bw
+            lin, ar = max(lin_c, lin_m), tokens * self._ar_tok + self._ar_fixed
+        if rows:
+            lm_c = rows * self._lm_flops_row * self._lm_inv_flops
+            lm_bytes = self._lm_weight_bytes + rows * self._lm_act_row
+            lm_m = lm_bytes * self._inv_bw
+            lm = max(lm_c, lm_m)
         flops = tokens * self._lin_flops_tok + rows * self._lm_flops_row
-        terms = (lin, lm, lin_c + lm_c, lin_m + lm_m, lin + lm, flops,
-                 self._lin_weight_bytes + tokens * self._lin_act_tok, self._lm_weight_bytes + rows * self._lm_act_row,
-                 tokens * self._ar_tok + self._ar_fixed)
-        if len(self._stream_terms) < STREAM_TERMS_KEPT:
-            self._stream_terms[tokens, rows] = terms
+        terms = (lin, lm, lin_c + lm_c, lin_m + lm_m, lin + lm, flops, lin_bytes, lm_bytes, ar)
+        if len(self._terms) < TERMS_KEPT:
+            self._terms[tokens, rows] = terms
         return terms
 
     def padded_decode_costs(self, num_slots: int, num_live: list[int], contexts) -> tuple[list, list, list]:
@@ -346,13 +297,7 @@ class RooflineCostModel(PricedByWork):
 
     def bounds(self, work: StepWork) -> tuple[float, float]:
         tokens, rows, dec, pre = work
-        c = m = 0.0
-        if tokens:
-            c += self._gemm_tokens(tokens) * self._lin_flops_tok * self._lin_inv_flops + tokens * self._lin_fixed_tok
-            m += (self._lin_weight_bytes + tokens * self._lin_act_tok) * self._inv_bw
-        if rows:
-            c += rows * self._lm_flops_row * self._lm_inv_flops
-            m += (self._lm_weight_bytes + rows * self._lm_act_row) * self._inv_bw
+        c, m = self._count_terms(tokens, rows)[2:4]  # the linear layers and the LM head
         for (pairs, kv_tokens, q_tokens), flops_pair, q_tok in ((pre, self._attn_flops_pair, self._attn_q_tok),
                                                                 (dec, self._attn_flops_pair_dec, self._attn_q_tok_dec)):
             if q_tokens:
@@ -460,6 +405,6 @@ class RooflineCostModel(PricedByWork):
         return float(flops), float(nbytes)
 
 
-# How many (tokens, rows) entries RooflineCostModel._count_terms keeps: a two-stream step's
-# micro-batches hold at most a step's token budget, so a few thousand cover any scenario.
-STREAM_TERMS_KEPT = 65536
+# How many (tokens, rows) entries RooflineCostModel._count_terms keeps: a step holds at most
+# its token budget and its seats, so a few thousand cover the steps of most scenarios.
+TERMS_KEPT = 65536
