@@ -19,6 +19,7 @@ from simbatch.costmodel.model_terms import check_tensor_parallel, linear_rate
 from simbatch.costmodel.pipeline import largest_stage_share
 from simbatch.engine.replica import Replica
 from simbatch.errors import SimbatchError
+from simbatch.policies.routers import StepClock
 from simbatch.scenario.spec import Scenario
 from simbatch.scenario.speculative import describe as describe_speculative
 from simbatch.scenario.speculative import drafter_memory
@@ -52,6 +53,25 @@ class ReplicaGroupSetup:
         if self.pipeline_parallel > 1:
             out["pipeline_parallel"] = self.pipeline_parallel
         return out
+
+
+def build_group_replicas(env, group: ReplicaGroupSetup, log: EventLog, seqs: list, fast_forward: bool,
+                         router_cls: type, first_index: int, make_kv, replica_cls: type = Replica,
+                         on_built=None) -> list:
+    """The one replica builder, colocated and disaggregated: ``group``'s replicas of
+    ``replica_cls``, numbered from ``first_index``, each with its own KV cache (``make_kv()``)
+    and policy, sharing the group's cost model (behind a :class:`StepClock` only where the
+    router reads the step in flight: it costs a call a step). ``on_built(replica)`` runs right
+    after each one is made, before the next (controllers start their SimPy process there, so
+    the processes keep the order of the replicas)."""
+    members = []
+    for i in range(group.count):
+        policy = group.policy_cls(group.policy_params, make_kv(), note=log.note)
+        backend = StepClock(group.backend, env) if router_cls.needs_step_clock else group.backend
+        members.append(replica_cls(env, first_index + i, policy, backend, log, seqs, fast_forward))
+        if on_built is not None:
+            on_built(members[-1])
+    return members
 
 
 @dataclass

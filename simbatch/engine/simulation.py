@@ -18,6 +18,7 @@ from simbatch.engine.replica import Replica
 from simbatch.engine.setup import (
     ReplicaGroupSetup,
     RunResult,
+    build_group_replicas,
     check_requests_fit,
     checked_budget,
     flush_unfinished,
@@ -25,7 +26,7 @@ from simbatch.engine.setup import (
     group_field,
     speculative_backend,
 )
-from simbatch.policies.routers import ROUTER_CLASSES, StepClock
+from simbatch.policies.routers import ROUTER_CLASSES
 from simbatch.scenario.spec import Scenario
 from simbatch.scenario.speculative import Acceptance
 from simbatch.workload import Workload
@@ -52,20 +53,23 @@ def build_replicas(env: simpy.Environment, scenario: Scenario, groups: list[Repl
     router; ``on_free`` (a real backend's ``release``) hears every request whose blocks are freed."""
     router_cls = ROUTER_CLASSES[scenario.cluster.router]
     kv_params = scenario.kv_cache
-    replicas = []
     spec = scenario.speculative
     acceptance = None if spec is None else Acceptance(spec, scenario.seed)
+
+    def extras(replica: Replica) -> None:  # speculative decoding and the SLO controller
+        if acceptance is not None:
+            replica.speculate(acceptance, spec.num_speculative_tokens)
+        attach_controller(replica, scenario.control, scenario.slo.as_dict())
+
+    replicas: list[Replica] = []
     for group in groups:
-        for _ in range(group.count):
+        def make_kv(group=group):
             kv = build_kv_cache(group.kv_blocks, kv_params, group.policy_cls, log, max_context)
             kv.on_free = on_free
-            policy = group.policy_cls(group.policy_params, kv, note=log.note)
-            # Only a router that reads the step in flight pays for the clock's extra call per step.
-            backend = StepClock(group.backend, env) if router_cls.needs_step_clock else group.backend
-            replicas.append(Replica(env, len(replicas), policy, backend, log, seqs, fast_forward))
-            if acceptance is not None:
-                replicas[-1].speculate(acceptance, spec.num_speculative_tokens)
-            attach_controller(replicas[-1], scenario.control, scenario.slo.as_dict())
+            return kv
+
+        replicas += build_group_replicas(env, group, log, seqs, fast_forward, router_cls, len(replicas), make_kv,
+                                         on_built=extras)
     return replicas, router_cls(replicas)
 
 

@@ -25,6 +25,7 @@ from simbatch.engine.dispatcher import serve_limits, window_note
 from simbatch.engine.setup import (
     ReplicaGroupSetup,
     RunResult,
+    build_group_replicas,
     checked_budget,
     first_misfit,
     flush_unfinished,
@@ -33,7 +34,7 @@ from simbatch.engine.setup import (
     replica_backend,
 )
 from simbatch.errors import SimbatchError
-from simbatch.policies.routers import ROUTER_CLASSES, StepClock
+from simbatch.policies.routers import ROUTER_CLASSES
 from simbatch.scenario.cluster import pool_model
 from simbatch.scenario.disaggregation import PIPELINE_FIELDS, POOLS
 from simbatch.scenario.spec import Scenario
@@ -107,23 +108,23 @@ def check_pools_fit(workload: Workload, scenario: Scenario, pools: list[PoolSetu
 
 def build_replicas(env, scenario: Scenario, pools: list[PoolSetup], log: EventLog, seqs: list,
                    fast_forward: bool, max_context: int) -> tuple[list[list], list]:
-    """Each pool's replicas (own KV cache and policy) and its router."""
+    """Each pool's replicas (own KV cache and policy; :func:`build_group_replicas`) and its router:
+    the prefill pool's KV caches are prefix caches where ``kv_cache.prefix_caching`` says so,
+    the decode pool's hold prompts computed elsewhere (:class:`DecodeKVCache`)."""
     kv_params = scenario.kv_cache
-    replicas, routers, index = [], [], 0
-    for pool, cls, cache in zip(pools, (PrefillReplica, DecodeReplica), (None, DecodeKVCache)):
+    replicas, routers = [], []
+    for pool, cls in zip(pools, (PrefillReplica, DecodeReplica)):
+        if cls is PrefillReplica:
+            def make_kv(pool=pool):
+                return build_kv_cache(pool.kv_blocks, kv_params, pool.policy_cls, log, max_context)
+        else:
+            def make_kv(pool=pool):
+                return DecodeKVCache(pool.kv_blocks, kv_params.block_size, kv_params.mode, kv_params.reserve,
+                                     max_context)
         router_cls = ROUTER_CLASSES[pool.router]
-        members = []
-        for _ in range(pool.count):
-            if cache is None:  # prefill replicas: a prefix cache when kv_cache.prefix_caching says so
-                kv = build_kv_cache(pool.kv_blocks, kv_params, pool.policy_cls, log, max_context)
-            else:
-                kv = cache(pool.kv_blocks, kv_params.block_size, kv_params.mode, kv_params.reserve, max_context)
-            policy = pool.policy_cls(pool.policy_params, kv, note=log.note)
-            backend = StepClock(pool.backend, env) if router_cls.needs_step_clock else pool.backend
-            members.append(cls(env, index, policy, backend, log, seqs, fast_forward))
-            index += 1
-        replicas.append(members)
-        routers.append(router_cls(members))
+        first = sum(len(members) for members in replicas)
+        replicas.append(build_group_replicas(env, pool, log, seqs, fast_forward, router_cls, first, make_kv, cls))
+        routers.append(router_cls(replicas[-1]))
     return replicas, routers
 
 
