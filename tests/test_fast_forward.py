@@ -156,7 +156,6 @@ def test_mixed_steps_run_back_to_back_with_the_decode_group_joined_in_place():
     # them), and the requests whose prefill a step completes join the decode group there
     # (join_decoding on the step's chunks), so adopt_decoding seldom scans the running list;
     # the results are the step-by-step engine's (the grid above checks every feature).
-    import simbatch.engine.replica as replica_module
     from simbatch.engine import fast_forward
     from simbatch.engine.decode_group import DecodeGroup
 
@@ -180,12 +179,12 @@ def test_mixed_steps_run_back_to_back_with_the_decode_group_joined_in_place():
         scans.append(len(running) != len(self.members) + num_prefilling)  # it will scan them
         return original_adopt(self, running, num_prefilling, prev_decode)
 
-    replica_module.mixed_run, DecodeGroup.join_decoding = counted_run, counted_join
+    fast_forward.mixed_run, DecodeGroup.join_decoding = counted_run, counted_join
     DecodeGroup.adopt_decoding = counted_adopt
     try:
         fast = simulate(sc)
     finally:
-        replica_module.mixed_run, DecodeGroup.join_decoding = original_run, original_join
+        fast_forward.mixed_run, DecodeGroup.join_decoding = original_run, original_join
         DecodeGroup.adopt_decoding = original_adopt
     ran = [n for n in runs if n]
     assert sum(ran) > 100 and sum(ran) / len(ran) > 3  # several mixed steps per call

@@ -27,11 +27,27 @@ from operator import itemgetter
 
 import numpy as np
 
-from simbatch.core.sequence import FINISHED
 from simbatch.core.stop import BATCH  # a started padded batch admits no one
 from simbatch.costmodel.base import fast_price
 
 first = itemgetter(0)  # a (request, tokens) pair's request
+
+
+def fast_steps(replica):
+    """The fast path's turn at a step boundary (``Replica.run`` asks it before scheduling): a
+    steady run where the policy promises one (the decode group's for iteration-level
+    policies, :func:`padded_run` for a started padded batch), else chunked prefill's mixed
+    steps (:func:`mixed_run`); returns how many steps it ran (0: the loop schedules one)."""
+    policy = replica.policy
+    # DecodeGroup.run may have just found the policy unsteady at this very boundary (nothing
+    # has happened since): then it is not asked twice.
+    steady = not replica.unsteady and policy.steady_decode()
+    replica.unsteady = False
+    if steady:
+        return (yield from (replica.group.run(replica) if policy.steady_kind == "running" else padded_run(replica)))
+    if policy.mixes_chunks:
+        return (yield from mixed_run(replica))
+    return 0
 
 
 def padded_run(replica):
@@ -51,23 +67,21 @@ def padded_run(replica):
     costs_of = fast_price(backend, "padded_decode_costs")
     cost_of = fast_price(backend, "padded_decode_cost")
     batch = policy.batch
-    live = sorted((s for s in batch.seqs if s.status != FINISHED), key=lambda s: s.output_tokens - s.num_generated)
+    live, to_go, contexts = batch.decode_run()  # the batch's own description of its steps
     if (costs_of is None and cost_of is None) or not live:
         return 0
-    remaining = np.array([s.output_tokens - s.num_generated for s in live])  # ascending
-    limit, slots = int(remaining[-1]), len(batch.seqs)
+    remaining = np.array(to_go)  # ascending
+    limit, slots = len(contexts), len(batch.seqs)
     # the live rows of each step (a row with r tokens to go emits its last in step r - 1)
     lives = (len(live) - np.searchsorted(remaining, np.arange(limit), side="right")).tolist()
-    step0, prev, decoded0 = log.replica_num_steps[replica.index], replica.prev_decode, batch.num_decodes_done
-    # the padded context PaddedBatch.next_plan would use for each of these decode steps
-    contexts = range(batch.max_prompt + decoded0, batch.max_prompt + decoded0 + limit)
+    step0, prev = log.replica_num_steps[replica.index], replica.prev_decode
     if costs_of is not None:
         seconds, flops, nbytes = costs_of(slots, lives, contexts)
     else:  # a backend that must see each step priced as it starts (the latency-aware router's clock)
         seconds, flops, nbytes, priced = None, [], [], []
     used = policy.kv.num_used  # reserved up front: constant through the batch
     starts, waiting, control_at, timeout = [], [], replica.control_at, env.timeout
-    rows = _Rows(replica, live, remaining.tolist(), step0, prev)
+    rows = _Rows(replica, live, to_go, step0, prev)
     i = 0
     while i < limit:
         if seconds is not None:
@@ -108,7 +122,7 @@ def padded_run(replica):
                          kv_used_blocks=used, num_waiting=waiting[a:b], stop_reason=BATCH,
                          useful_flops=flops[a:b], useful_bytes=nbytes[a:b])
         a = b
-    batch.num_decodes_done = decoded0 + done
+    batch.decoded(done)
     advance(replica, rows.unfinished(), step0, done)
     return done
 

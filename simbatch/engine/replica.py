@@ -18,7 +18,7 @@ from simbatch.core.plan import StepPlan
 from simbatch.core.sequence import FINISHED, Sequence
 from simbatch.costmodel.base import CostModel, fast_price
 from simbatch.engine.decode_group import DecodeGroup
-from simbatch.engine.fast_forward import mixed_run, padded_run
+from simbatch.engine.fast_forward import fast_steps
 from simbatch.policies.base import Policy
 
 
@@ -88,19 +88,8 @@ class Replica:
                 control_tick(self, env.now)
             if self.inbox is not None and self.inbox.ready(self):
                 yield from self.inbox.pull(self)
-            if self.fast_forward:
-                # DecodeGroup.run may have just found the policy unsteady at this very boundary
-                # (nothing has happened since): then it is not asked twice.
-                steady = not self.unsteady and policy.steady_decode()
-                self.unsteady = False
-                if steady:
-                    # Iteration-level policies' steady runs are the decode group's; a padded
-                    # batch's are fast_forward's.
-                    run = self.group.run(self) if policy.steady_kind == "running" else padded_run(self)
-                    if (yield from run):
-                        continue
-                elif policy.mixes_chunks and (yield from mixed_run(self)):
-                    continue
+            if self.fast_forward and (yield from fast_steps(self)):
+                continue  # steps the fast path took (same results as the loop's own)
             if self.group.members and policy.next_plan_reads_running():
                 self.group.sync_all()
             start = env.now

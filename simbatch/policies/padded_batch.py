@@ -51,6 +51,19 @@ class PaddedBatch:
         return StepPlan(request_ids=ids, num_new_tokens=new, num_context_tokens=[context] * n,
                         num_pad_tokens=pad, num_decode_slots=n)
 
+    def decode_run(self) -> tuple[list[Sequence], list[int], range]:
+        """The run of decode steps left to the batch, as :meth:`next_plan` would plan them (the
+        engine's fast path prices and logs it without the plans): the live rows by tokens to go
+        (fewest first), those counts, and each step's padded context."""
+        live = sorted((s for s in self.seqs if s.status != FINISHED), key=lambda s: s.output_tokens - s.num_generated)
+        remaining = [s.output_tokens - s.num_generated for s in live]
+        start = self.max_prompt + self.num_decodes_done  # next_plan's context for the next decode step
+        return live, remaining, range(start, start + (remaining[-1] if live else 0))
+
+    def decoded(self, steps: int) -> None:
+        """``steps`` of the batch's decode steps ran without :meth:`next_plan` (the fast path)."""
+        self.num_decodes_done += steps
+
     def retire(self, num_finished: int) -> None:
         """``num_finished`` of the batch's requests emitted their last token this step."""
         if num_finished:
