@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from simbatch.report import capacity_section as cap
 from simbatch.report import figures_series as ser
 from simbatch.report import sweep_section as sw
 from simbatch.report.figures_common import to_png
@@ -88,6 +89,17 @@ INTROS = {
                       "blank idle slots."),
     "goodput-slo": ("Requests per second that met the SLO, as the TTFT target is scaled from 0.25x to 4x; "
                     "the other targets stay as they were."),
+    "capacity": ("One row per configuration, ranked (by $/hour at the target rate when the search sized for "
+                 "one, else by sustainable rate per GPU), from capacity.csv: the highest rate at which every SLO "
+                 "held for every seed, the first rate tried that failed, and what it costs (indicative "
+                 "$/GPU-hour unless --price set them; docs/capacity.md)."),
+    "capacity-bars": "Each configuration's highest rate within the SLO, and what it costs.",
+    "capacity-probes": ("Every run of the search, from probes.csv: the tail latency each probe measured "
+                        "against the rate it offered; filled markers held the SLO, hollow ones failed (the "
+                        "verdict column says why)."),
+    "reproducibility-capacity": ("capacity.csv and probes.csv do not record the scenario or the command: "
+                                 "rerun the `simbatch capacity` command that wrote this folder, on the same "
+                                 "version. The environment rows describe the machine that made this report."),
     "control": ("The online controller's knob over simulated time, and the signals it steered by against "
                 "their targets (docs/control.md); from each run's control.csv."),
 }
@@ -97,8 +109,29 @@ NO_RUNS = ("the folder holds a sweep's table and no run folders (a sweep keeps e
            "not its requests or steps).")
 
 
+def _capacity_sections(data: ReportData) -> list[Section]:
+    """The ranked configurations, their rates and costs as bars, and the probes behind them."""
+    headers, rows = cap.capacity_rows(data.capacity)
+    table = Section("capacity", "Capacity table", [INTROS["capacity"]], [Table(headers, rows, numbers=True)])
+    bars = _figure_section("capacity-bars", "Highest rate and cost per configuration",
+                           lambda: cap.plot_capacity(data.capacity))
+    probes = _figure_section("capacity-probes", "The search's probes",
+                             (lambda: cap.plot_probes(data.probes)) if data.probes is not None
+                             else (None, "there is no probes.csv beside capacity.csv."))
+    if data.probes is not None:
+        headers, rows = cap.probe_rows(data.probes)
+        if len(data.probes) > len(rows):
+            probes.notes.append(f"The first {len(rows)} of {len(data.probes)} probes; probes.csv holds them all.")
+        probes.tables.append(Table(headers, rows, numbers=True))
+    return [table, bars, probes]
+
+
 def _reproducibility(data: ReportData) -> Section:
     names = ", ".join(scenario_names(data)) or "-"
+    if not data.runs and data.sweep is None:  # a capacity search's folder
+        return Section("reproducibility", "Reproducibility",
+                       [f"Results folder: {data.folder}.", INTROS["reproducibility-capacity"]],
+                       [Table(["package", "version"], [list(r) for r in environment()], "Environment at report time")])
     s = Section("reproducibility", "Reproducibility",
                 [f"Scenario {names}, from {scenario_source(data)}.", f"Results folder: {data.folder}.",
                  INTROS["reproducibility" if data.runs else "reproducibility-sweep"]])
@@ -192,7 +225,10 @@ def build_sections(data: ReportData) -> list[Section]:
             return lambda: make(runs, *args)
         return None, NO_RUNS
 
+    if data.capacity is not None and not runs and data.sweep is None:  # a capacity search's folder
+        return keep_shown([*_capacity_sections(data), _reproducibility(data)])
     candidates = [
+        *(_capacity_sections(data) if data.capacity is not None else ()),
         _comparison(data),
         _sweep(data),
         _figure_section("latency-cdfs", "Latency CDFs", per_run(lat.plot_latency_cdfs)),

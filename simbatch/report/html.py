@@ -104,6 +104,8 @@ def render_html(sections: list[Section], title: str) -> str:
 def report_title(data: ReportData) -> str:
     """'simbatch report: <scenario>' (or the folder's name when no run names it); a sweep says so."""
     what = ", ".join(scenario_names(data)) or data.folder.name
+    if data.capacity is not None and not data.runs and data.sweep is None:
+        return f"simbatch report: {what} capacity search"
     return f"simbatch report: {what}{' sweep' if data.sweep is not None and not data.runs else ''}"
 
 

@@ -38,6 +38,11 @@ STEP_COLUMNS = ("replica", "start_s", "end_s", "duration_s", "num_seqs", "num_sl
                 "decode_tokens", "padded_tokens", "kv_used_blocks", "num_waiting")
 REQUEST_COLUMNS = ("id", "arrival_s", "replica", "first_scheduled_s", "first_token_s", "finish_s",
                    "completed", "ttft_ms", "tpot_ms", "e2el_ms")
+# What a capacity folder's report reads (simbatch.capacity.report writes them all).
+CAPACITY_COLUMNS = ("rank", "policy", "hardware", "model", "tp", "replicas", "max_rate", "max_rate_per_gpu",
+                    "fail_rate", "usd_per_hour", "usd_per_hour_per_req_s")
+PROBE_COLUMNS = ("policy", "hardware", "model", "tp", "replicas", "scale", "seed", "offered_rate",
+                 "request_throughput", "slo_attainment", "ttft_p99_ms", "tpot_p99_ms", "holds", "why_not")
 ENV_PACKAGES = ("simbatch", "numpy", "pandas", "simpy", "matplotlib")
 
 
@@ -66,6 +71,8 @@ class ReportData:
     sweep: pd.DataFrame | None
     slo: dict | None  # {"ttft_ms": ..., "tpot_ms": ...} when known, else None
     sweep_spec: dict | None = None  # sweep.yaml: {"source": file, "grid": {axis: values}, "scenario": {...}}
+    capacity: pd.DataFrame | None = None  # capacity.csv: a capacity search's ranked configurations
+    probes: pd.DataFrame | None = None  # probes.csv: every run of that search
 
     @property
     def summaries(self) -> dict[str, dict]:
@@ -96,6 +103,15 @@ def _read_csv(path: Path, columns: tuple[str, ...] | None) -> pd.DataFrame:
     if missing:
         raise SimbatchError(str(path), f"missing columns: {', '.join(missing)}")
     return table[list(columns)] if columns else table
+
+
+def _read_table_of(path: Path, need: tuple[str, ...]) -> pd.DataFrame:
+    """A whole CSV table that must hold the columns ``need`` (a one-line error naming the rest)."""
+    table = _read_csv(path, None)
+    missing = [c for c in need if c not in table.columns]
+    if missing:
+        raise SimbatchError(str(path), f"missing columns: {', '.join(missing)}")
+    return table
 
 
 def table_path(folder: Path, name: str) -> Path:
@@ -157,7 +173,7 @@ def check_results_folder(folder: Path) -> Path:
         if not folder.exists():
             raise SimbatchError(str(folder), "no such folder")
         if not folder.is_dir():
-            raise SimbatchError(str(folder), "not a folder (give a `simbatch run`, `compare` or `sweep` --out folder)")
+            raise SimbatchError(str(folder), "not a folder (give a `simbatch run`, `compare`, `sweep` or `capacity` --out folder)")
         os.listdir(folder)
     except PermissionError:
         raise SimbatchError(str(folder), "cannot read the results folder: permission denied") from None
@@ -167,19 +183,22 @@ def check_results_folder(folder: Path) -> Path:
 
 
 def load_results(folder) -> ReportData:
-    """Read a ``run`` or ``compare`` output folder; a :class:`SimbatchError` if it is not one."""
+    """Read a ``run``, ``compare``, ``sweep`` or ``capacity`` output folder; a :class:`SimbatchError`
+    if it is not one."""
     folder = check_results_folder(Path(folder))
     if (folder / "summary.json").is_file():
         single = load_run(folder)
         runs = {single.name: single}
     else:
         runs = {p.name: load_run(p, p.name) for p in _run_folders(folder)}
-    sweep_path = folder / "sweep.csv"
-    sweep = _read_csv(sweep_path, None) if sweep_path.is_file() else None
-    if not runs and sweep is None:
-        raise SimbatchError(str(folder), "no results: expected summary.json, policy sub-folders or sweep.csv")
+    sweep, capacity, probes = (_read_table_of(folder / name, need) if (folder / name).is_file() else None
+                               for name, need in (("sweep.csv", ()), ("capacity.csv", CAPACITY_COLUMNS),
+                                                  ("probes.csv", PROBE_COLUMNS)))
+    if not runs and sweep is None and capacity is None:
+        raise SimbatchError(str(folder), "no results: expected summary.json, policy sub-folders, sweep.csv "
+                                         "or capacity.csv")
     spec = read_sweep_spec(folder) if sweep is not None else None
-    return ReportData(folder, runs, sweep, find_slo(runs) or sweep_slo(spec), spec)
+    return ReportData(folder, runs, sweep, find_slo(runs) or sweep_slo(spec), spec, capacity, probes)
 
 
 def read_sweep_spec(folder: Path) -> dict | None:
