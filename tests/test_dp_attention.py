@@ -5,13 +5,13 @@ dispatched by all-to-all; a rank's step is priced with the other ranks as loaded
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from simbatch.api import run
 from simbatch.catalog.models import get_model
+from simbatch.catalog.parallelism import ExpertLayout
 from simbatch.costmodel import RooflineCostModel
 from simbatch.costmodel.work import decode_work
 from simbatch.engine.setup import kv_blocks_per_replica
@@ -33,24 +33,25 @@ def scenario(cluster: dict, model="deepseek-v3", **extra) -> dict:
     return data
 
 
+DP8_LAYOUT = ExpertLayout(expert_parallel=True, expert_dispatch="all2all", attention_data_parallel=8)
 DP8 = {"replicas": 8, "tensor_parallel": 1, "expert_parallel": True, "expert_dispatch": "all2all",
        "data_parallel_attention": True, "router": "least_outstanding"}
 
 
 def test_the_replicas_are_the_ranks_and_the_experts_span_their_gpus():
     sc = from_dict(scenario(DP8))
-    m = sc.model
-    assert (m.attention_data_parallel, m.expert_parallel, m.expert_dispatch) == (8, True, "all2all")
-    cm = RooflineCostModel(m, "h200", 1)
+    e = sc.experts
+    assert (e.attention_data_parallel, e.expert_parallel, e.expert_dispatch) == (8, True, "all2all")
+    cm = RooflineCostModel(sc.model, "h200", 1, layout=e)
     assert cm.expert_parallel == 8
     assert cm.describe()["attention_data_parallel"] == 8
 
 
 def test_a_rank_holds_the_dense_weights_whole_and_an_eighth_of_the_experts():
-    dp = replace(DEEPSEEK, expert_parallel=True, expert_dispatch="all2all", attention_data_parallel=8)
+    held = DP8_LAYOUT.held_weight_bytes(DEEPSEEK)
     routed = DEEPSEEK.num_moe_layers * DEEPSEEK.num_experts * DEEPSEEK.expert_params() * DEEPSEEK.weight_bytes_per_param
-    assert dp.weight_bytes == pytest.approx(DEEPSEEK.weight_bytes - routed * 7 / 8, rel=1e-12)
-    assert DEEPSEEK.weight_bytes / 8 < dp.weight_bytes < DEEPSEEK.weight_bytes / 4  # 93.8 GiB against 78.3 under TP8
+    assert held == pytest.approx(DEEPSEEK.weight_bytes - routed * 7 / 8, rel=1e-12)
+    assert DEEPSEEK.weight_bytes / 8 < held < DEEPSEEK.weight_bytes / 4  # 93.8 GiB against 78.3 under TP8
 
 
 def test_latent_kv_is_no_longer_replicated_so_the_node_holds_more_tokens():
@@ -66,9 +67,8 @@ def test_latent_kv_is_no_longer_replicated_so_the_node_holds_more_tokens():
 def test_a_rank_step_prices_the_experts_for_all_ranks_tokens():
     # A rank of 1 GPU with b sequences, 8 ranks: the experts and all-to-alls see 8 b tokens
     # over 8 GPUs, exactly as one EP8 replica (all2all) whose step holds 8 b sequences.
-    dp = RooflineCostModel(replace(DEEPSEEK, expert_parallel=True, expert_dispatch="all2all",
-                                   attention_data_parallel=8), "h200", 1)
-    ep = RooflineCostModel(replace(DEEPSEEK, expert_parallel=True, expert_dispatch="all2all"), "h200", 8)
+    dp = RooflineCostModel(DEEPSEEK, "h200", 1, layout=DP8_LAYOUT)
+    ep = RooflineCostModel(DEEPSEEK, "h200", 8, layout=ExpertLayout(expert_parallel=True, expert_dispatch="all2all"))
     for b in (1, 16, 128):
         mine, group = decode_work(b, 1000 * b), decode_work(8 * b, 8000 * b)
         a, e = dp.price(mine, mine, b).breakdown, ep.price(group, group, 8 * b).breakdown
@@ -78,8 +78,7 @@ def test_a_rank_step_prices_the_experts_for_all_ranks_tokens():
 
 
 def test_a_rank_runs_attention_and_dense_layers_like_a_one_gpu_replica():
-    dp = RooflineCostModel(replace(DEEPSEEK, expert_parallel=True, expert_dispatch="all2all",
-                                   attention_data_parallel=8), "h200", 1)
+    dp = RooflineCostModel(DEEPSEEK, "h200", 1, layout=DP8_LAYOUT)
     one = RooflineCostModel(DEEPSEEK, "h200", 1)
     work = decode_work(32, 32 * 2000)
     a, o = dp.price(work, work, 32).breakdown, one.price(work, work, 32).breakdown

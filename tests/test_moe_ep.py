@@ -17,6 +17,7 @@ from simbatch.costmodel.routing import (ExpertLoad, expected_distinct, inclusion
                                         rank_load_table)
 from simbatch.errors import SimbatchError
 from simbatch.catalog.models import get_model
+from simbatch.catalog.parallelism import ExpertLayout
 from simbatch.core.plan import StepPlan
 from simbatch.scenario.spec import from_dict, load_scenario
 
@@ -24,6 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 MIXTRAL = dict(name="mixtral", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
                intermediate_size=14336, vocab_size=32000, gated_mlp=True, max_context=32768,
                num_experts=8, experts_per_token=2, moe_intermediate_size=14336)
+
+EP = ExpertLayout(expert_parallel=True)  # experts whole on each GPU, all-reduce dispatch
+EP_A2A = ExpertLayout(expert_parallel=True, expert_dispatch="all2all")
 
 
 def exact_draws(E: int, k: int, skew: float, tokens: int, samples: int, ep: int = 1, seed: int = 1):
@@ -84,7 +88,7 @@ def _cost(cm, work):
 def test_expert_parallel_on_one_gpu_is_no_expert_parallelism(skew):
     mix = get_model({**MIXTRAL, "routing_skew": skew})
     plain = RooflineCostModel(mix, "h100-sxm", 1)
-    ep = RooflineCostModel(replace(mix, expert_parallel=True, expert_dispatch="all2all"), "h100-sxm", 1)
+    ep = RooflineCostModel(mix, "h100-sxm", 1, layout=EP_A2A)
     for work in _works():
         a, b = _cost(plain, work), _cost(ep, work)
         assert (a.seconds, a.breakdown, a.useful_flops, a.useful_bytes) == \
@@ -96,8 +100,8 @@ def test_all_to_all_bytes_of_a_known_case_by_hand():
     per token: the busiest receives 2T rows, half of them from the other GPU."""
     spec = get_model({**MIXTRAL, "name": "all4", "num_experts": 4, "experts_per_token": 4})
     tp, T, h = 2, 1000, 4096
-    a2a = RooflineCostModel(replace(spec, expert_parallel=True, expert_dispatch="all2all"), "h100-sxm", tp)
-    reduce = RooflineCostModel(replace(spec, expert_parallel=True), "h100-sxm", tp)
+    a2a = RooflineCostModel(spec, "h100-sxm", tp, layout=EP_A2A)
+    reduce = RooflineCostModel(spec, "h100-sxm", tp, layout=EP)
     link = 450e9 * 0.65  # H100-SXM NVLink per direction x allreduce_eff
     received = 2 * T * (tp - 1) / tp * h * 2  # rows x remote share x hidden x bf16 bytes = 8.192 MB
     assert received == 8_192_000
@@ -116,7 +120,7 @@ def test_expert_parallel_step_waits_for_the_busiest_gpu(tokens):
     busiest of two GPUs of Mixtral, each holding 4 whole experts), and above tensor parallelism's
     even split at small batches, where the load is most uneven."""
     mix = get_model(MIXTRAL)
-    ep = RooflineCostModel(replace(mix, expert_parallel=True), "h100-sxm", 2)
+    ep = RooflineCostModel(mix, "h100-sxm", 2, layout=EP)
     tp = RooflineCostModel(mix, "h100-sxm", 2)
     counts = exact_draws(8, 2, 0.0, tokens, samples=400, ep=2)
     busiest_rows = counts.sum(axis=2).max(axis=1).mean()
@@ -131,8 +135,8 @@ def test_expert_parallel_step_waits_for_the_busiest_gpu(tokens):
 
 def test_skew_under_expert_parallelism_costs_more_at_large_batches():
     mix = get_model(MIXTRAL)
-    even = RooflineCostModel(replace(mix, expert_parallel=True), "h100-sxm", 2)
-    skewed = RooflineCostModel(replace(mix, expert_parallel=True, routing_skew=1.0), "h100-sxm", 2)
+    even = RooflineCostModel(mix, "h100-sxm", 2, layout=EP)
+    skewed = RooflineCostModel(replace(mix, routing_skew=1.0), "h100-sxm", 2, layout=EP)
     prefill = StepPlan([0], [8192], [0])
     assert skewed.step_cost(prefill).breakdown["experts"] > 1.1 * even.step_cost(prefill).breakdown["experts"]
     # Without expert parallelism every GPU computes every row: skew only changes what is read.
@@ -150,10 +154,10 @@ def _scenario(**changes) -> dict:
     return data
 
 
-def test_scenario_applies_the_cluster_layout_to_the_model():
+def test_scenario_takes_the_cluster_layout_beside_the_model():
     sc = from_dict(_scenario(cluster={"tensor_parallel": 2, "expert_parallel": True, "expert_dispatch": "all2all"}))
-    assert sc.model.expert_parallel and sc.model.expert_dispatch == "all2all"
-    assert not from_dict(_scenario(cluster={"tensor_parallel": 2})).model.expert_parallel
+    assert sc.experts == EP_A2A and sc.model == from_dict(_scenario()).model  # the model is the checkpoint's
+    assert from_dict(_scenario(cluster={"tensor_parallel": 2})).experts == ExpertLayout()
 
 
 @pytest.mark.parametrize("changes, field, text", [
@@ -183,7 +187,7 @@ def test_bad_expert_settings_name_the_field(changes, field, text):
 def test_the_cost_model_refuses_experts_its_tp_does_not_split():
     odd = get_model({**MIXTRAL, "num_experts": 6})
     with pytest.raises(SimbatchError, match="does not split"):
-        RooflineCostModel(replace(odd, expert_parallel=True), "h100-sxm", 4)
+        RooflineCostModel(odd, "h100-sxm", 4, layout=EP)
 
 
 def test_cli_bad_expert_parallel_is_one_line_exit_2(capsys, tmp_path):
@@ -197,10 +201,11 @@ def test_shipped_scenario_compares_tp_and_ep():
     sc = load_scenario(ROOT / "scenarios" / "moe_ep_deepseek.yaml")
     assert sc.variants == ["tp", "ep", "ep_all2all", "tp_skewed", "ep_skewed", "dp_attention"]
     models = {v: sc.with_variant(v).model for v in sc.variants}
-    assert [models[v].expert_parallel for v in sc.variants] == [False, True, True, False, True, True]
-    assert [models[v].attention_data_parallel for v in sc.variants] == [1, 1, 1, 1, 1, 8]
-    assert models["ep_all2all"].expert_dispatch == "all2all" and models["ep_skewed"].routing_skew == 1.0
-    cm = RooflineCostModel(models["ep"], sc.gpu, sc.cluster.tensor_parallel)
+    layouts = {v: sc.with_variant(v).experts for v in sc.variants}
+    assert [layouts[v].expert_parallel for v in sc.variants] == [False, True, True, False, True, True]
+    assert [layouts[v].attention_data_parallel for v in sc.variants] == [1, 1, 1, 1, 1, 8]
+    assert layouts["ep_all2all"].expert_dispatch == "all2all" and models["ep_skewed"].routing_skew == 1.0
+    cm = RooflineCostModel(models["ep"], sc.gpu, sc.cluster.tensor_parallel, layout=layouts["ep"])
     assert cm.describe()["expert_parallel"] == 8
 
 
@@ -216,7 +221,7 @@ def test_each_pool_takes_its_own_expert_layout():
     from simbatch.engine.disaggregation.build import build_pools
 
     sc = from_dict(_pools({}, {"expert_parallel": True, "expert_dispatch": "all2all"}))
-    assert not sc.model.expert_parallel  # the cluster's layout
+    assert not sc.experts.expert_parallel  # the cluster's layout
     pre, dec = build_pools(sc, sc.model)
     assert pre.backend.describe().get("expert_parallel", 1) == 1 and dec.backend.describe()["expert_parallel"] == 2
     plan = StepPlan(request_ids=list(range(64)), num_new_tokens=[1] * 64, num_context_tokens=[1000] * 64,
@@ -288,10 +293,12 @@ def test_eplb_in_a_scenario_prices_and_holds_its_copies():
     sc = from_dict(data)
     plain = from_dict(_scenario(model={"base": "mixtral-8x7b", "routing_skew": 1.0},
                                 cluster={"tensor_parallel": 4, "expert_parallel": True}))
-    assert sc.model.eplb and sc.model.redundant_experts == 4
+    assert sc.experts.eplb and sc.experts.redundant_experts == 4
     routed = sc.model.num_moe_layers * 8 * sc.model.expert_params() * sc.model.weight_bytes_per_param
-    assert sc.model.weight_bytes - plain.model.weight_bytes == pytest.approx(routed * 4 / 8)
-    balanced, unbalanced = RooflineCostModel(sc.model, sc.gpu, 4), RooflineCostModel(plain.model, sc.gpu, 4)
+    held, plain_held = sc.experts.held_weight_bytes(sc.model), plain.experts.held_weight_bytes(plain.model)
+    assert held - plain_held == pytest.approx(routed * 4 / 8)
+    balanced = RooflineCostModel(sc.model, sc.gpu, 4, layout=sc.experts)
+    unbalanced = RooflineCostModel(plain.model, sc.gpu, 4, layout=plain.experts)
 
     def decode(n):
         return StepPlan(request_ids=list(range(n)), num_new_tokens=[1] * n, num_context_tokens=[500] * n,
@@ -321,4 +328,4 @@ def test_redundant_experts_must_split_over_the_gpus():
     sc = from_dict(_scenario(cluster={"tensor_parallel": 4, "expert_parallel": True, "eplb": True,
                                       "redundant_experts": 2}))
     with pytest.raises(SimbatchError, match="8 experts \\+ 2 redundant do not split evenly over 4 GPUs"):
-        RooflineCostModel(sc.model, sc.gpu, 4)
+        RooflineCostModel(sc.model, sc.gpu, 4, layout=sc.experts)

@@ -3,11 +3,10 @@ the roofline and the scenario (issue 17, items 2 and 3)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from simbatch.catalog.models import get_model
+from simbatch.catalog.parallelism import SLICED, ExpertLayout
 from simbatch.core.plan import StepPlan
 from simbatch.costmodel import RooflineCostModel, build_cost_model
 from simbatch.costmodel.work import decode_work
@@ -47,9 +46,9 @@ def test_mla_caches_one_latent_replicated_over_tp():
     assert llama.kv_bytes_per_token_per_gpu(16) == llama.kv_bytes_per_token / 8
 
 
-def _step_bytes(model, gpu: str, tp: int, batch: int) -> float:
+def _step_bytes(model, gpu: str, tp: int, batch: int, layout: ExpertLayout = SLICED) -> float:
     """HBM bytes of a decode step, all ``tp`` GPUs together."""
-    cm = RooflineCostModel(model, gpu, tp)
+    cm = RooflineCostModel(model, gpu, tp, layout=layout)
     w = decode_work(batch, batch)  # one cached token each: the weights dominate
     return cm.price(w, w, batch).useful_bytes * tp
 
@@ -58,13 +57,13 @@ def _step_bytes(model, gpu: str, tp: int, batch: int) -> float:
 def test_moe_decode_reads_active_weights_at_batch_one_and_all_of_them_at_large_batches(tp, expert_parallel):
     # Experts sliced over the TP group or held whole by one GPU each (expert parallelism):
     # the GPUs together read the same weights.
-    mix = replace(get_model(MIXTRAL), expert_parallel=expert_parallel)
+    mix, layout = get_model(MIXTRAL), ExpertLayout(expert_parallel=expert_parallel)
     embed = mix.vocab_size * mix.hidden_size  # the input embedding is a lookup, not read whole
     active = (mix.active_params - embed) * 2
     total = (mix.num_params - embed) * 2
-    assert _step_bytes(mix, "h100-sxm", tp, 1) == pytest.approx(active, rel=0.01)
-    assert _step_bytes(mix, "h100-sxm", tp, 64) == pytest.approx(total, rel=0.01)  # (3/4)^64: all 8 touched
-    series = [_step_bytes(mix, "h100-sxm", tp, b) for b in (1, 2, 4, 8, 16)]
+    assert _step_bytes(mix, "h100-sxm", tp, 1, layout) == pytest.approx(active, rel=0.01)
+    assert _step_bytes(mix, "h100-sxm", tp, 64, layout) == pytest.approx(total, rel=0.01)  # (3/4)^64: all 8 touched
+    series = [_step_bytes(mix, "h100-sxm", tp, b, layout) for b in (1, 2, 4, 8, 16)]
     assert series == sorted(series) and series[1] / series[0] > 1.5  # a second expert per layer
 
 

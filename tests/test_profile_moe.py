@@ -14,6 +14,7 @@ import pytest
 from test_costmodel_profile import synthetic_profile
 
 from simbatch.catalog.models import get_model
+from simbatch.catalog.parallelism import ExpertLayout
 from simbatch.catalog.profiles import read_profile
 from simbatch.core.plan import StepPlan
 from simbatch.costmodel.profile_fit import fit_profile_model
@@ -31,11 +32,13 @@ def decode(batch: int, context: int = 1000) -> StepPlan:
     return StepPlan(list(range(batch)), [1] * batch, [context] * batch, None, batch)
 
 
-def mixtral(tp: int = 1, **layout):
-    """(profile, roofline) cost models of Mixtral-8x7B on A100s, the profile from Llama-3-8B's knots."""
-    model = dataclasses.replace(MIXTRAL, **layout)
+def mixtral(tp: int = 1, routing_skew: float = 0.0, **layout):
+    """(profile, roofline) cost models of Mixtral-8x7B on A100s, the profile from Llama-3-8B's knots,
+    the experts laid out as ``layout`` (ExpertLayout's fields) says."""
+    model, deployed = dataclasses.replace(MIXTRAL, routing_skew=routing_skew), ExpertLayout(**layout)
     profile = shipped_profile("a100-80gb", model, tp)
-    return fit_profile_model(profile, model, "a100-80gb", tp), RooflineCostModel(model, "a100-80gb", tp)
+    return (fit_profile_model(profile, model, "a100-80gb", tp, layout=deployed),
+            RooflineCostModel(model, "a100-80gb", tp, layout=deployed))
 
 
 def plan_tokens(plan: StepPlan) -> int:
@@ -46,12 +49,10 @@ def experts(cost_model, batch: int) -> float:
     return cost_model.step_cost(decode(batch)).breakdown["experts"]
 
 
-def tiny_moe(layout: dict | None = None, **fields):
-    """A mixture of experts with the synthetic tiny profile's layers (experts as wide as its MLP),
-    laid out over GPUs as ``layout`` says (the deployment's fields)."""
-    model = get_model({"base": "tiny", "name": "tiny-moe", "num_experts": 8, "experts_per_token": 2,
-                       "moe_intermediate_size": 688, **fields})
-    return dataclasses.replace(model, **(layout or {}))
+def tiny_moe(**fields):
+    """A mixture of experts with the synthetic tiny profile's layers (experts as wide as its MLP)."""
+    return get_model({"base": "tiny", "name": "tiny-moe", "num_experts": 8, "experts_per_token": 2,
+                      "moe_intermediate_size": 688, **fields})
 
 
 def test_a_shipped_dense_profile_serves_an_moe_with_its_layers():
@@ -139,7 +140,8 @@ def test_all_to_all_and_router_fall_back_to_the_roofline():
 def test_a_measured_allreduce_counts_one_per_moe_layer_less_under_all_to_all():
     prof = synthetic_profile(tp=2)
     ar = fit_profile_model(prof, tiny_moe(), "l4", 2).step_cost(decode(8)).breakdown["allreduce"]
-    a2a = fit_profile_model(prof, tiny_moe({"expert_parallel": True, "expert_dispatch": "all2all"}), "l4", 2)
+    a2a = fit_profile_model(prof, tiny_moe(), "l4", 2,
+                            layout=ExpertLayout(expert_parallel=True, expert_dispatch="all2all"))
     cost = a2a.step_cost(decode(8)).breakdown
     assert cost["allreduce"] == pytest.approx(ar / 2)  # 4 MoE layers: 8 all-reduces become 4
     assert cost["all_to_all"] > 0

@@ -58,16 +58,10 @@ class ModelSpec:
     checkpoints whose quantisation ``ignore`` list names ``self_attn`` do (RedHatAI's
     Llama-4-Scout FP8-dynamic): their weights are stored, read and multiplied at the 16-bit rate.
 
-    **Routing and expert layout** (mixtures of experts only): ``routing_skew`` is the Zipf
-    exponent of the experts' popularity (0: uniform routing; :mod:`simbatch.costmodel.routing`);
-    ``expert_parallel`` holds each routed expert whole on one GPU of the tensor-parallel group
-    instead of slicing every expert over it, and ``expert_dispatch`` says how the MoE layer
-    communicates then (``allreduce`` or ``all2all``). ``attention_data_parallel`` is the number
-    of data-parallel ranks (a scenario's replicas) whose GPUs together form the expert-parallel
-    group under data-parallel attention (DeepSeek's layout: each rank runs attention and the
-    dense layers on its own requests, the routed experts are spread over all the ranks' GPUs);
-    1 otherwise. Those three describe the deployment, not the model: a scenario sets them from
-    ``cluster.expert_parallel`` / ``cluster.expert_dispatch`` / ``cluster.data_parallel_attention``.
+    **Routing** (mixtures of experts only): ``routing_skew`` is the Zipf exponent of the
+    experts' popularity (0: uniform routing; :mod:`simbatch.costmodel.routing`). How the experts
+    are laid out over GPUs is the deployment's, not the model's:
+    :class:`~simbatch.catalog.parallelism.ExpertLayout`, beside the model.
     """
 
     name: str
@@ -95,11 +89,6 @@ class ModelSpec:
     kv_quant: str = "none"
     attention_16bit: bool = False  # attention kept in 16 bits under weight_quant (see above)
     routing_skew: float = 0.0
-    expert_parallel: bool = False
-    expert_dispatch: str = "allreduce"
-    attention_data_parallel: int = 1
-    eplb: bool = False  # DeepSeek's expert-parallel load balancer (simbatch.costmodel.routing)
-    redundant_experts: int = 0  # EPLB's extra expert slots over the expert-parallel group
 
     @property
     def is_moe(self) -> bool:
@@ -226,16 +215,10 @@ class ModelSpec:
 
     @property
     def weight_bytes(self) -> float:
-        """Bytes the weights occupy in the GPU memory of one replica (all its GPUs together).
-        Under data-parallel attention a replica is one of ``attention_data_parallel`` ranks
-        that share the routed experts: it holds everything else whole and its share of them."""
-        total = (self.linear_params * self.weight_bytes_per_param + self._other_params * self.dtype_bytes
-                 + self.attention_kept_bytes())
-        if self.attention_data_parallel == 1 and not self.redundant_experts:
-            return total
-        routed = self.num_moe_layers * self.num_experts * self.expert_params() * self.weight_bytes_per_param
-        held = routed * (self.num_experts + self.redundant_experts) / self.num_experts  # EPLB's copies too
-        return total - routed + held / self.attention_data_parallel
+        """Bytes the whole model's weights occupy (what a replica holds under a data-parallel
+        expert layout: :meth:`~simbatch.catalog.parallelism.ExpertLayout.held_weight_bytes`)."""
+        return (self.linear_params * self.weight_bytes_per_param + self._other_params * self.dtype_bytes
+                + self.attention_kept_bytes())
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -334,12 +317,10 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
     )
 }
 
-_BOOL_FIELDS = {"gated_mlp", "tied_embeddings", "expert_parallel", "eplb", "attention_16bit"}
+_BOOL_FIELDS = {"gated_mlp", "tied_embeddings", "attention_16bit"}
 # Fields that may be 0 (the feature is off).
 _ZERO_FIELDS = {"num_experts", "experts_per_token", "moe_intermediate_size", "shared_expert_intermediate_size",
-                "num_dense_layers", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim",
-                "redundant_experts"}
-EXPERT_DISPATCHES = ("allreduce", "all2all")
+                "num_dense_layers", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim"}
 # Bounds on a model's figures, so that a step's seconds stay finite and simulated time within
 # its horizon (simbatch.core.horizon). No shape field of a real model comes near 10**9 (the largest
 # here: Llama-4-Scout's 10,485,760-token context, a 256,000-token vocabulary, a 53,248-wide MLP,
@@ -353,7 +334,7 @@ MAX_MODEL_INT = 10**9
 # also stay a float (e ** -700, about 1e-304): skew x ln(experts_per_token) at most 700.
 MAX_ROUTING_SKEW = 100.0
 _MAX_SKEW_LOG = 700.0
-_CHOICES = {"weight_quant": WEIGHT_QUANTS, "kv_quant": KV_QUANTS, "expert_dispatch": EXPERT_DISPATCHES}
+_CHOICES = {"weight_quant": WEIGHT_QUANTS, "kv_quant": KV_QUANTS}
 # Fields a scenario's cluster section sets (how the experts are laid out over GPUs), not a model entry.
 DEPLOYMENT_FIELDS = {"expert_parallel": "cluster.expert_parallel", "expert_dispatch": "cluster.expert_dispatch",
                      "attention_data_parallel": "cluster.data_parallel_attention", "eplb": "cluster.eplb",

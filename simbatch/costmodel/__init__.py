@@ -24,6 +24,7 @@ from pathlib import Path
 
 from simbatch.catalog.hardware import GPUSpec, get_gpu
 from simbatch.catalog.models import ModelSpec, get_model
+from simbatch.catalog.parallelism import SLICED, ExpertLayout
 from simbatch.costmodel.base import CostModel, StepCost
 from simbatch.costmodel.model_terms import check_tensor_parallel
 from simbatch.costmodel.roofline import RooflineCostModel
@@ -41,7 +42,7 @@ def build_cost_model(spec: dict | str | None, model: ModelSpec | str | dict,
                      gpu: GPUSpec | str | dict, tensor_parallel: int = 1,
                      where: str = "cost_model", base_dir: str | Path | None = None,
                      overhead: dict | None = None, engine_where: str = "engine",
-                     pipeline: tuple = (1, 0, "overlap", None)) -> CostModel:
+                     pipeline: tuple = (1, 0, "overlap", None), layout: ExpertLayout = SLICED) -> CostModel:
     """A cost model from its spec: ``{kind: roofline | profile, ...}``.
 
     ``spec`` may also be just the kind's name, or None / a dict without
@@ -52,7 +53,8 @@ def build_cost_model(spec: dict | str | None, model: ModelSpec | str | dict,
     both places is an error naming ``engine_where``. Errors name ``where`` and
     the field. ``pipeline``: (stages, micro-batches, schedule, link between stages or None for
     the GPU's own) of a pipeline-parallel replica (:mod:`simbatch.costmodel.pipeline`;
-    roofline only).
+    roofline only). ``layout``: how the deployment lays a mixture's experts over the GPUs
+    (:class:`~simbatch.catalog.parallelism.ExpertLayout`).
     """
     if spec is None:
         spec = {}
@@ -82,13 +84,13 @@ def build_cost_model(spec: dict | str | None, model: ModelSpec | str | dict,
         raise SimbatchError(f"{where}.kind", "pipeline parallelism is priced by the roofline only (a profile "
                                              "measures whole models); use kind roofline")
     if kind == "profile":
-        return _build_profile(params, model, gpu, tensor_parallel, where, base_dir, overhead)
+        return _build_profile(params, model, gpu, tensor_parallel, where, base_dir, overhead, layout)
     check_params(params, where)
     if stages > 1:
         from simbatch.costmodel.pipeline import PipelineCostModel
 
-        return PipelineCostModel(model, gpu, tensor_parallel, *pipeline, **params, **overhead)
-    return RooflineCostModel(model, gpu, tensor_parallel, **params, **overhead)
+        return PipelineCostModel(model, gpu, tensor_parallel, *pipeline, layout=layout, **params, **overhead)
+    return RooflineCostModel(model, gpu, tensor_parallel, layout=layout, **params, **overhead)
 
 
 def _auto_kind(params: dict, model: ModelSpec, gpu: GPUSpec, tp: int, where: str) -> str:
@@ -104,7 +106,8 @@ def _auto_kind(params: dict, model: ModelSpec, gpu: GPUSpec, tp: int, where: str
 
 
 def _build_profile(params: dict, model: ModelSpec, gpu: GPUSpec, tp: int, where: str,
-                   base_dir: str | Path | None, overhead: dict | None = None) -> CostModel:
+                   base_dir: str | Path | None, overhead: dict | None = None,
+                   layout: ExpertLayout = SLICED) -> CostModel:
     """A :class:`ProfileCostModel` from ``{path?, gpu?}`` (see the module docstring)."""
     from simbatch.costmodel.profile_fit import fit_profile_model, unpriced_features  # pandas-heavy: load on use
     from simbatch.costmodel.vidur import describe_shipped, shipped_profile
@@ -133,7 +136,8 @@ def _build_profile(params: dict, model: ModelSpec, gpu: GPUSpec, tp: int, where:
             profile = derive_profile(profile, measured_on, gpu)
         except ValueError as exc:
             raise SimbatchError(where, f"cannot rescale the profile to {gpu.name}: {exc}") from None
-    return fit_profile_model(profile, model, gpu, tp, path=str(path), where=where, overhead=overhead)
+    return fit_profile_model(profile, model, gpu, tp, path=str(path), where=where, overhead=overhead,
+                             layout=layout)
 
 
 def _profile_dir(value, base_dir: str | Path | None, where: str) -> Path:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from simbatch.catalog.hardware import GPUSpec
 from simbatch.catalog.models import ModelSpec
+from simbatch.catalog.parallelism import SLICED, ExpertLayout
 from simbatch.errors import SimbatchError
 
 # Rows of one expert's block in the fused MoE kernel: vLLM's moe_align_block_size pads each
@@ -38,7 +39,7 @@ def linear_rate(model: ModelSpec, gpu: GPUSpec) -> float:
     return gpu.peak_flops
 
 
-def quantized_kept_seconds(m: ModelSpec, gpu: GPUSpec, tp: int, p: dict) -> float:
+def quantized_kept_seconds(m: ModelSpec, gpu: GPUSpec, tp: int, p: dict, layout: ExpertLayout = SLICED) -> float:
     """Extra compute-side seconds per token of the linear layers when their weights run on
     tensor cores ``s`` times faster than the 16-bit ones (FP8 or INT8, W8A8): the share of the
     fitted linear term that such a rate does not speed up. 0 at the 16-bit rate (also for the
@@ -69,7 +70,7 @@ def quantized_kept_seconds(m: ModelSpec, gpu: GPUSpec, tp: int, p: dict) -> floa
     speedup = linear_rate(m, gpu) / gpu.peak_flops
     if speedup == 1.0:
         return 0.0
-    kept = m.dtype_bytes * memory_bound_elements(m, tp) / (gpu.hbm_bandwidth * p["bw_eff"])
+    kept = m.dtype_bytes * memory_bound_elements(m, tp, layout) / (gpu.hbm_bandwidth * p["bw_eff"])
     return (kept + attention_16bit_seconds(m, gpu, tp, p)) * (1.0 - 1.0 / speedup)
 
 
@@ -93,7 +94,7 @@ def attention_widths(m: ModelSpec, tp: int) -> tuple[int, int]:
     return m.q_size // tp, max(1, m.num_kv_heads // tp) * m.head_dim
 
 
-def memory_bound_elements(m: ModelSpec, tp: int) -> int:
+def memory_bound_elements(m: ModelSpec, tp: int, layout: ExpertLayout = SLICED) -> int:
     """16-bit elements per token per GPU, over all layers, of the linear term's memory-bound
     work: the GEMMs' output rows (QKV, O, gate/up and down; a token's ``k`` routed experts)
     and the elementwise kernels, ``7 h + 2 (q + kv)`` per layer for the two norms, the
@@ -111,7 +112,8 @@ def memory_bound_elements(m: ModelSpec, tp: int) -> int:
     # Routed experts: sliced over TP, each GPU runs its slice of every token's k experts;
     # whole under expert parallelism, each GPU runs 1/tp of the token-expert rows (the mean)
     k = m.experts_per_token
-    routed = k * mlp(m.moe_intermediate_size, 1) // tp if m.expert_parallel else k * mlp(m.moe_intermediate_size, tp)
+    routed = (k * mlp(m.moe_intermediate_size, 1) // tp if layout.expert_parallel
+              else k * mlp(m.moe_intermediate_size, tp))
     attn = (q + 2 * kv + h) + (7 * h + 2 * (q + kv))  # QKV and O outputs; norms, adds, RoPE
     return (m.num_layers * attn + (m.num_layers - moe) * mlp(m.intermediate_size, tp)
             + moe * (mlp(m.shared_expert_intermediate_size, tp) + routed))
@@ -150,23 +152,24 @@ def check_tensor_parallel(tp, model: ModelSpec, where: str) -> int:
     return tp
 
 
-def check_expert_parallel(model: ModelSpec, tp: int, where: str) -> int:
+def check_expert_parallel(model: ModelSpec, layout: ExpertLayout, tp: int, where: str) -> int:
     """GPUs the routed experts are spread over: ``tp`` under expert parallelism (vLLM's
     ``--enable-expert-parallel`` without data parallelism: the EP group is the TP group),
     ``tp x attention_data_parallel`` under data-parallel attention (vLLM's ``ep_size = dp x
     tp``), else 1 (every GPU holds a slice of every expert). The experts must split evenly."""
-    if not model.expert_parallel:
+    if not layout.expert_parallel:
         return 1
     if not model.is_moe:
         raise SimbatchError(where, f"applies to a mixture of experts; {model.name} is dense")
-    ep = tp * model.attention_data_parallel
+    dp = layout.attention_data_parallel
+    ep = tp * dp
     if model.num_experts % ep:
-        raise SimbatchError(where, f"{ep} GPUs (tensor_parallel {tp} x {model.attention_data_parallel} data-parallel "
+        raise SimbatchError(where, f"{ep} GPUs (tensor_parallel {tp} x {dp} data-parallel "
                                    f"ranks) do not split {model.name}'s {model.num_experts} experts evenly"
-                            if model.attention_data_parallel > 1 else
+                            if dp > 1 else
                             f"tensor_parallel {tp} does not split {model.name}'s {model.num_experts} "
                             f"experts evenly over its GPUs")
-    if (model.num_experts + model.redundant_experts) % ep:
-        raise SimbatchError("cluster.redundant_experts", f"{model.num_experts} experts + {model.redundant_experts} "
+    if (model.num_experts + layout.redundant_experts) % ep:
+        raise SimbatchError("cluster.redundant_experts", f"{model.num_experts} experts + {layout.redundant_experts} "
                                                          f"redundant do not split evenly over {ep} GPUs")
     return ep

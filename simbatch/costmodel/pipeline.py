@@ -36,6 +36,7 @@ from dataclasses import replace
 
 from simbatch.catalog.hardware import GPUSpec
 from simbatch.catalog.models import ModelSpec
+from simbatch.catalog.parallelism import SLICED, ExpertLayout
 from simbatch.costmodel.base import AttnWork, StepCost, StepWork
 from simbatch.costmodel.roofline import RooflineCostModel
 from simbatch.costmodel.work import PricedByWork
@@ -64,7 +65,8 @@ class PipelineCostModel(PricedByWork):
     name = "roofline"
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int, stages: int,
-                 micro_batches: int = 0, schedule: str = "overlap", link=None, **params: float):
+                 micro_batches: int = 0, schedule: str = "overlap", link=None, *,
+                 layout: ExpertLayout = SLICED, **params: float):
         if schedule not in SCHEDULES:
             raise SimbatchError("cluster.pipeline_schedule", f"unknown schedule {schedule!r}; "
                                                              f"allowed: {', '.join(SCHEDULES)}")
@@ -77,11 +79,12 @@ class PipelineCostModel(PricedByWork):
         if params.get("launch_floor_s"):
             raise SimbatchError("engine.launch_s", "a launch floor is not priced for pipeline-parallel "
                                                    "replicas (cluster.pipeline_parallel > 1)")
-        self.whole = RooflineCostModel(model, gpu, tensor_parallel, **params)  # overhead, counts
+        self.whole = RooflineCostModel(model, gpu, tensor_parallel, layout=layout, **params)  # overhead, counts
         kernels_only = {**params, "step_overhead_s": 0.0, "per_seq_overhead_s": 0.0, "per_token_overhead_s": 0.0}
         self.layers = stage_layers(model.num_layers, stages)
         self._stage = [RooflineCostModel(replace(model, name=f"{model.name}-stage{s}", num_layers=n), gpu,
-                                         tensor_parallel, **kernels_only) for s, n in enumerate(self.layers)]
+                                         tensor_parallel, layout=layout, **kernels_only)
+                       for s, n in enumerate(self.layers)]
         # Activations handed to the next stage: hidden states and the residual per token, each
         # GPU of the stage sending its 1/tp slice to its peer over its own link (``link``: a
         # simbatch.catalog.links.Link, e.g. InfiniBand between nodes; None: the GPU's own).

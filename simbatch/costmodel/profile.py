@@ -38,6 +38,7 @@ from operator import mul
 
 from simbatch.catalog.hardware import GPUSpec, get_gpu
 from simbatch.catalog.models import ModelSpec, get_model
+from simbatch.catalog.parallelism import SLICED, ExpertLayout
 from simbatch.core.plan import StepPlan
 from simbatch.costmodel.base import StepCost
 from simbatch.costmodel.fit import FittedProfile
@@ -80,7 +81,7 @@ class ProfileCostModel(PricedByWork):
     def __init__(self, fitted: FittedProfile, fallback_efficiency: dict[str, float],
                  model: ModelSpec | str | dict, gpu: GPUSpec | str | dict, tensor_parallel: int = 1, *,
                  source: str, path: str | None = None, overhead: dict | None = None,
-                 backend_terms: dict | None = None):
+                 backend_terms: dict | None = None, layout: ExpertLayout = SLICED):
         self.model = get_model(model, "model")
         self.gpu = get_gpu(gpu, "gpu")
         self.tensor_parallel = check_tensor_parallel(tensor_parallel, self.model, "tensor_parallel")
@@ -93,17 +94,15 @@ class ProfileCostModel(PricedByWork):
         overhead.update(engine or {})
         self._overhead = overhead
         self._floor = overhead.get("launch_floor_s", 0.0)  # an engine's launch floor (roofline.DEFAULT_PARAMS)
-        self._roof = RooflineCostModel(self.model, self.gpu, self.tensor_parallel,
+        self._roof = RooflineCostModel(self.model, self.gpu, self.tensor_parallel, layout=layout,
                                        **self.fallback_efficiency, **overhead)
-        m = self.model
-        self._moe = m.is_moe
+        self._moe = self.model.is_moe
         # The roofline's rule: with all2all dispatch the MoE layers' second all-reduce is an all-to-all.
-        self._a2a = self._moe and m.expert_parallel and m.expert_dispatch == "all2all" \
-            and self._roof.expert_parallel > 1
+        self._a2a = self._moe and layout.expert_dispatch == "all2all" and self._roof.expert_parallel > 1
         self._experts = None
         if self._moe:
             self._experts = ProfileExperts(fitted.curves["mlp_up"], fitted.curves["mlp_down"], self.model,
-                                           self.tensor_parallel, self._roof.expert_parallel, self.gpu,
+                                           layout, self.tensor_parallel, self._roof.expert_parallel, self.gpu,
                                            self.fallback_efficiency)
         self._precompute()
         self.backend_terms = backend_terms

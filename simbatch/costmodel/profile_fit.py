@@ -30,6 +30,7 @@ import pandas as pd
 
 from simbatch.catalog.hardware import GPUSpec, get_gpu
 from simbatch.catalog.models import ModelSpec, get_model
+from simbatch.catalog.parallelism import SLICED, ExpertLayout
 from simbatch.core.plan import StepPlan
 from simbatch.costmodel.fit import FittedProfile, _nnls, column, fit_profile
 from simbatch.costmodel.profile import (
@@ -63,7 +64,7 @@ def unpriced_features(model: ModelSpec) -> list[str]:
 
 def fit_profile_model(profile, model: ModelSpec | str | dict, gpu: GPUSpec | str | dict,
                       tensor_parallel: int = 1, *, path: str | None = None, where: str = "cost_model",
-                      overhead: dict | None = None) -> ProfileCostModel:
+                      overhead: dict | None = None, layout: ExpertLayout = SLICED) -> ProfileCostModel:
     """The :class:`ProfileCostModel` of ``profile`` for ``model`` on ``gpu`` (module docstring);
     ``overhead``: a serving engine's per-step terms (simbatch.catalog.servers), which win over the
     profile's. A profile for other shapes, another TP degree, or without the GEMMs is a
@@ -91,7 +92,8 @@ def fit_profile_model(profile, model: ModelSpec | str | dict, gpu: GPUSpec | str
                                   profile)
     except ValueError as exc:
         raise SimbatchError(where, f"profile {source}: {exc}") from None
-    return ProfileCostModel(fitted, efficiency, model, gpu, tensor_parallel, **options, backend_terms=terms)
+    return ProfileCostModel(fitted, efficiency, model, gpu, tensor_parallel, **options, backend_terms=terms,
+                            layout=layout)
 
 
 def fallback_efficiencies(fitted: FittedProfile, model: ModelSpec, gpu: GPUSpec, tp: int) -> dict[str, float]:

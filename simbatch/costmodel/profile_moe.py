@@ -38,14 +38,13 @@ import dataclasses
 
 from simbatch.catalog.hardware import GPUSpec
 from simbatch.catalog.models import ModelSpec
+from simbatch.catalog.parallelism import ExpertLayout
 from simbatch.costmodel.fit import TokenCurve
 from simbatch.costmodel.routing import ExpertLoad
 
 # The dense model a profile for a mixture of experts measured: these fields off.
 _MOE_OFF = {"num_experts": 0, "experts_per_token": 0, "moe_intermediate_size": 0,
-            "shared_expert_intermediate_size": 0, "num_dense_layers": 0, "routing_skew": 0.0,
-            "expert_parallel": False, "expert_dispatch": "allreduce", "attention_data_parallel": 1,
-            "eplb": False, "redundant_experts": 0}
+            "shared_expert_intermediate_size": 0, "num_dense_layers": 0, "routing_skew": 0.0}
 
 
 def measured_twin(model: ModelSpec) -> ModelSpec:
@@ -72,15 +71,15 @@ class ProfileExperts:
 
     __slots__ = ("up", "down", "layers", "slices", "dp", "load", "_router_tok", "_router_fixed")
 
-    def __init__(self, up: TokenCurve, down: TokenCurve, model: ModelSpec, tp: int, ep: int, gpu: GPUSpec,
-                 efficiency: dict[str, float]):
+    def __init__(self, up: TokenCurve, down: TokenCurve, model: ModelSpec, layout: ExpertLayout, tp: int, ep: int,
+                 gpu: GPUSpec, efficiency: dict[str, float]):
         self.up, self.down = up, down
         self.layers = model.num_moe_layers
         # Expert parallelism keeps each expert whole on one GPU: tp measured slices of it.
-        self.slices = tp if model.expert_parallel else 1
-        self.dp = model.attention_data_parallel  # the EP group's tokens: every data-parallel rank's
+        self.slices = tp if layout.expert_parallel else 1
+        self.dp = layout.attention_data_parallel  # the EP group's tokens: every data-parallel rank's
         self.load = ExpertLoad(model.num_experts, model.experts_per_token, ep, model.routing_skew,
-                               model.eplb, model.redundant_experts)
+                               layout.eplb, layout.redundant_experts)
         # Router GEMM (hidden x experts, replicated): the roofline's counting at the re-targeted
         # efficiencies. Compute: 2 h E FLOPs a token; memory: its weights, each token's row in and out.
         h, e, dt = model.hidden_size, model.num_experts, model.dtype_bytes

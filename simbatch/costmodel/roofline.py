@@ -20,6 +20,7 @@ import numpy as np
 
 from simbatch.catalog.hardware import GPUSpec, get_gpu
 from simbatch.catalog.models import ModelSpec, get_model
+from simbatch.catalog.parallelism import SLICED, ExpertLayout
 from simbatch.costmodel.base import AttnWork, StepCost, StepWork
 from simbatch.costmodel.model_terms import (
     MARLIN_TILE_TOKENS,
@@ -42,11 +43,13 @@ class RooflineCostModel(PricedByWork):
     name = "roofline"
 
     def __init__(self, model: ModelSpec | str | dict, gpu: GPUSpec | str | dict,
-                 tensor_parallel: int = 1, **params: float):
+                 tensor_parallel: int = 1, *, layout: ExpertLayout = SLICED, **params: float):
         self.model = get_model(model, "model")
         self.gpu = get_gpu(gpu, "gpu")
         self.tensor_parallel = check_tensor_parallel(tensor_parallel, self.model, "tensor_parallel")
-        self.expert_parallel = check_expert_parallel(self.model, self.tensor_parallel, "cluster.expert_parallel")
+        self.layout = layout  # how the deployment lays the experts over the GPUs (catalog.parallelism)
+        self.expert_parallel = check_expert_parallel(self.model, layout, self.tensor_parallel,
+                                                     "cluster.expert_parallel")
         self.params = check_params(params, "cost_model")
         self._precompute()
         self._terms: dict[tuple[int, int], tuple] = {}  # _count_terms by (tokens, rows)
@@ -54,12 +57,8 @@ class RooflineCostModel(PricedByWork):
     def describe(self) -> dict:
         """Kind, source, what is priced, and every parameter (defaults included)."""
         m, moe = self.model, {}
-        if m.expert_parallel:
-            moe = {"expert_parallel": self.expert_parallel, "expert_dispatch": m.expert_dispatch}
-            if m.attention_data_parallel > 1:
-                moe["attention_data_parallel"] = m.attention_data_parallel
-            if m.eplb:
-                moe.update(eplb=True, redundant_experts=m.redundant_experts)
+        if self.layout.expert_parallel:
+            moe = {"expert_parallel": self.expert_parallel, **self.layout.describe()}
         if m.routing_skew:
             moe["routing_skew"] = m.routing_skew
         return {"kind": "roofline", "source": "analytic", "model": self.model.name,
@@ -85,22 +84,22 @@ class RooflineCostModel(PricedByWork):
         self._ramp = p["gemm_ramp_tokens"]
         self._floor = p["launch_floor_s"]
         # What a faster (FP8 / INT8) tensor-core rate does not speed up (0 at the 16-bit rate).
-        self._lin_fixed_tok = quantized_kept_seconds(m, g, tp, p)
+        self._lin_fixed_tok = quantized_kept_seconds(m, g, tp, p, self.layout)
         self._moe = m.is_moe
         # Data-parallel attention: this replica is one of `dp` ranks whose GPUs share the routed
         # experts; priced with the other ranks as loaded as this one (docs/cost_models.md).
-        self._dp = m.attention_data_parallel
+        self._dp = self.layout.attention_data_parallel
         if self._moe:  # routed experts: priced per step from the experts its tokens touch
             # Tensor parallelism slices every expert over the GPUs; expert parallelism keeps
             # each whole on one GPU (E / ep of them a GPU).
-            part = 1 if m.expert_parallel else tp
+            part = 1 if self.layout.expert_parallel else tp
             expert = m.expert_params(part)
             self._expert_flops_row = 2.0 * m.num_moe_layers * expert  # one token through one expert
             self._expert_bytes = float(m.num_moe_layers * expert * m.weight_bytes_per_param)
             width = m.moe_intermediate_size // part
             self._expert_act_row = float(m.num_moe_layers * dt * (h + (2 if m.gated_mlp else 1) * width + width + h))
             self._load = ExpertLoad(m.num_experts, m.experts_per_token, self.expert_parallel, m.routing_skew,
-                                    m.eplb, m.redundant_experts)
+                                    self.layout.eplb, self.layout.redundant_experts)
         # LM head (vocab-parallel, kept in 16 bits): one row of logits per slot.
         vocab = m.vocab_size / tp
         self._lm_inv_flops = 1.0 / (g.peak_flops * p["compute_eff"])
@@ -131,7 +130,7 @@ class RooflineCostModel(PricedByWork):
         # dispatch the MoE layers' second one is replaced by a dispatch and a combine
         # (see _all_to_all_seconds).
         ep = self.expert_parallel
-        self._a2a = self._moe and m.expert_parallel and m.expert_dispatch == "all2all" and ep > 1
+        self._a2a = self._moe and self.layout.expert_dispatch == "all2all" and ep > 1
         link = g.link_bandwidth * p["allreduce_eff"]
         if tp > 1:
             reduces = 2 * L - (m.num_moe_layers if self._a2a else 0)

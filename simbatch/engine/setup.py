@@ -11,6 +11,7 @@ from simbatch.catalog.hardware import GPUSpec, get_gpu
 from simbatch.catalog.kv_budget import KVBudget, size_budget
 from simbatch.catalog.links import get_link
 from simbatch.catalog.models import ModelSpec
+from simbatch.catalog.parallelism import ExpertLayout
 from simbatch.core.eventlog import EventLog
 from simbatch.core.kvcache import reserved_tokens
 from simbatch.core.sequence import FINISHED, Sequence
@@ -126,9 +127,9 @@ class RunResult:
 
 def kv_budget_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
                           tensor_parallel: int | None = None, policy_params=None,
-                          pipeline_parallel: int | None = None) -> KVBudget:
-    """How one replica's GPU splits its memory (TP degree and pipeline stages: the cluster's
-    unless given) running a policy with ``policy_params`` (the scenario's policy's unless
+                          pipeline_parallel: int | None = None, layout: ExpertLayout | None = None) -> KVBudget:
+    """How one replica's GPU splits its memory (TP degree, pipeline stages and expert layout: the
+    cluster's unless given) running a policy with ``policy_params`` (the scenario's policy's unless
     given: the engine's start-up profiling pass depends on it), and the KV pool that results
     (:mod:`simbatch.catalog.kv_budget`; ``kv_cache.num_gpu_blocks`` replaces the rule's blocks)."""
     kv = scenario.kv_cache
@@ -137,7 +138,8 @@ def kv_budget_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
     params = scenario.policy.params if policy_params is None else policy_params
     # Pipeline stages hold their layers' weights and KV; the stage with the most layers binds.
     share = largest_stage_share(model.num_layers, stages)
-    weights = model.weight_bytes * share / tp + scenario.engine.loaded_extra_bytes(model)
+    held = (scenario.experts if layout is None else layout).held_weight_bytes(model)
+    weights = held * share / tp + scenario.engine.loaded_extra_bytes(model)
     per_token = model.kv_bytes_per_token_per_gpu(tp) * share
     if scenario.speculative is not None:  # the drafter's weights, and its KV beside every token's
         drafter_weights, drafter_kv = drafter_memory(scenario.speculative, scenario.drafter, tp)
@@ -157,20 +159,22 @@ def kv_blocks_per_replica(scenario: Scenario, model: ModelSpec, gpu: GPUSpec,
 
 
 def checked_budget(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int | None = None,
-                   where: str = "hardware", policy_params=None, pipeline_parallel: int | None = None) -> KVBudget:
+                   where: str = "hardware", policy_params=None, pipeline_parallel: int | None = None,
+                   layout: ExpertLayout | None = None) -> KVBudget:
     """:func:`kv_budget_per_replica`, refusing a budget without one block (a user error naming
     ``where``, or ``kv_cache.block_size`` when a smaller block would fit)."""
-    budget = kv_budget_per_replica(scenario, model, gpu, tensor_parallel, policy_params, pipeline_parallel)
+    budget = kv_budget_per_replica(scenario, model, gpu, tensor_parallel, policy_params, pipeline_parallel, layout)
     kv, tp = scenario.kv_cache, tensor_parallel or scenario.cluster.tensor_parallel
     if budget.blocks >= 1:
         return budget
+    held = (scenario.experts if layout is None else layout).held_weight_bytes(model)
     if budget.left_bytes >= budget.bytes_per_block / kv.block_size:
         raise SimbatchError(scenario.where("kv_cache.block_size"),
                             f"{kv.block_size:,} tokens per block: one block of {model.name} needs more memory than "
                             f"{gpu.name} has left for the KV cache; use a block of 16 or 32 tokens")
     raise SimbatchError(
         scenario.where(where),
-        f"{model.name} weights ({model.weight_bytes / 2**30:.1f} GiB over {tp} GPU(s)) leave no room "
+        f"{model.name} weights ({held / 2**30:.1f} GiB over {tp} GPU(s)) leave no room "
         f"for a KV cache in {gpu.name} x gpu_memory_utilization {kv.gpu_memory_utilization}; "
         f"raise cluster.tensor_parallel or pick a larger GPU")
 
@@ -232,13 +236,15 @@ def group_backend(scenario: Scenario, model: ModelSpec, i: int) -> tuple[GPUSpec
 
 
 def replica_backend(scenario: Scenario, model: ModelSpec, own, field,
-                    policy: tuple[object, str] | None = None) -> tuple[GPUSpec, int, object]:
+                    policy: tuple[object, str] | None = None,
+                    layout: ExpertLayout | None = None) -> tuple[GPUSpec, int, object]:
     """GPU, TP degree and cost model of replicas whose spec ``own`` may set ``hardware``,
     ``tensor_parallel``, ``cost_model`` and the pipeline fields (``pipeline_parallel``,
     ``micro_batches``, ``pipeline_schedule``, ``pipeline_link``; None or absent: the
     scenario's); ``field(name)`` is the dotted field an error about ``name`` points at (a
     group's, a pool's). ``policy``: (parameters, field) of the policy these replicas run
-    (None: the scenario's and every group's), checked against a pipeline."""
+    (None: the scenario's and every group's), checked against a pipeline. ``layout``: their
+    expert layout (None: the scenario's)."""
     gpu = scenario.gpu if own.hardware is None else get_gpu(own.hardware, scenario.where(field("hardware")))
     tp = check_tensor_parallel(own.tensor_parallel or scenario.cluster.tensor_parallel, model,
                                scenario.where(field("tensor_parallel")))
@@ -252,7 +258,8 @@ def replica_backend(scenario: Scenario, model: ModelSpec, own, field,
     backend = build_cost_model(spec, model, gpu, tp, scenario.where(field("cost_model")), base_dir=scenario.base_dir,
                                overhead=scenario.engine.overhead_params(), engine_where=scenario.where("engine"),
                                pipeline=(stages, micro, schedule,
-                                         get_link(link, where["pipeline_link"]) if link else None))
+                                         get_link(link, where["pipeline_link"]) if link else None),
+                               layout=scenario.experts if layout is None else layout)
     return gpu, tp, backend
 
 

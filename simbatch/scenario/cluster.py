@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from simbatch.catalog.models import EXPERT_DISPATCHES, ModelSpec
+from simbatch.catalog.models import ModelSpec
+from simbatch.catalog.parallelism import EXPERT_DISPATCHES, SLICED, ExpertLayout
 from simbatch.core.params import MAX_MICRO_BATCHES, MAX_REPLICAS, parse_params, require
 from simbatch.costmodel.pipeline import SCHEDULES
 from simbatch.errors import SimbatchError
@@ -76,7 +77,7 @@ class ClusterParams:
     pipeline_link: str = ""  # a simbatch.catalog.links preset between stages ("": the GPU's own link)
     # Mixtures of experts: each routed expert whole on one GPU of a replica's tensor-parallel
     # group (vLLM's --enable-expert-parallel), and how the MoE layers communicate then
-    # (docs/cost_models.md, "Expert parallelism"); applied to the model by apply_expert_layout.
+    # (docs/cost_models.md, "Expert parallelism"); the scenario's ExpertLayout (expert_layout).
     expert_parallel: bool = False
     expert_dispatch: str = "allreduce"
     # DeepSeek-style data-parallel attention: each replica is a data-parallel rank (attention
@@ -90,7 +91,7 @@ class ClusterParams:
 
     def __post_init__(self):
         # Sizes bounded where simbatch.core.params says why (replicas built up front; micro-batches
-        # beyond the sequences a step holds); redundant experts by the model (apply_expert_layout).
+        # beyond the sequences a step holds); redundant experts by the layout (expert_layout).
         require(self.replicas >= 1, "replicas", "must be >= 1")
         require(self.replicas <= MAX_REPLICAS, "replicas", f"must be at most {MAX_REPLICAS:,} (every replica's engine "
                                                            f"is built before the first step), got {self.replicas:,}")
@@ -147,21 +148,21 @@ def parse_cluster(values, where: str) -> ClusterParams:
     return replace(cluster, replicas=sum(g.count for g in groups), groups=tuple(groups))
 
 
-def apply_expert_layout(model: ModelSpec, cluster: ClusterParams, disaggregation, source: str) -> ModelSpec:
-    """``model`` with the cluster's expert layout (``expert_parallel``, ``expert_dispatch``), after
-    checking that every layout in the scenario fits: a mixture of experts whose experts every
-    expert-parallel replica's tensor-parallel degree (the cluster's, each group's, each pool's)
-    splits evenly. A disaggregated pool may set its own layout (:func:`pool_model`)."""
+def expert_layout(model: ModelSpec, cluster: ClusterParams, disaggregation, source: str) -> ExpertLayout:
+    """The cluster's expert layout for ``model`` (``expert_parallel``, ``expert_dispatch``, EPLB,
+    data-parallel attention), after checking that every layout in the scenario fits: a mixture
+    of experts whose experts every expert-parallel replica's tensor-parallel degree (the
+    cluster's, each group's, each pool's) splits evenly. A disaggregated pool may set its own
+    layout (:func:`pool_layout`)."""
     dis = disaggregation if disaggregation is not None and disaggregation.enabled else None
     if (cluster.eplb or cluster.redundant_experts) and not cluster.expert_parallel:
         field_name = "eplb" if cluster.eplb else "redundant_experts"
         raise SimbatchError(f"{source}: cluster.{field_name}", "applies with cluster.expert_parallel: true")
     if cluster.redundant_experts and not cluster.eplb:
         raise SimbatchError(f"{source}: cluster.redundant_experts", "applies with cluster.eplb: true")
-    if cluster.eplb:
-        model = replace(model, eplb=True, redundant_experts=cluster.redundant_experts)
+    balance = {"eplb": True, "redundant_experts": cluster.redundant_experts} if cluster.eplb else {}
     if cluster.data_parallel_attention and cluster.expert_parallel:
-        return _data_parallel_attention(model, cluster, disaggregation, source)
+        return _data_parallel_attention(model, cluster, disaggregation, source, balance)
     if not cluster.expert_parallel:
         if cluster.expert_dispatch != "allreduce":
             raise SimbatchError(f"{source}: cluster.expert_dispatch", "applies with cluster.expert_parallel: true")
@@ -191,39 +192,40 @@ def apply_expert_layout(model: ModelSpec, cluster: ClusterParams, disaggregation
             raise SimbatchError(f"{source}: {where}", f"{field_name} {tp} does not split {model.name}'s "
                                                       f"{model.num_experts} experts evenly over its GPUs")
     if not cluster.expert_parallel:
-        return model
+        return SLICED
     if cluster.eplb:
-        check_redundant_experts(model, max(tp for tp, _ in degrees.values()), source)
-    return replace(model, expert_parallel=True, expert_dispatch=cluster.expert_dispatch)
+        check_redundant_experts(model, cluster.redundant_experts, max(tp for tp, _ in degrees.values()), source)
+    return ExpertLayout(expert_parallel=True, expert_dispatch=cluster.expert_dispatch, **balance)
 
 
-def check_redundant_experts(model: ModelSpec, gpus: int, source: str) -> None:
+def check_redundant_experts(model: ModelSpec, redundant: int, gpus: int, source: str) -> None:
     """Refuse more redundant experts than ``gpus`` (the largest expert-parallel group) can use:
     with a copy of every expert on every GPU, one more copy balances nothing. The check comes
     before EPLB's placement, which deals every copy to a GPU one by one (1e9 of them hung)."""
     most = model.num_experts * (gpus - 1)
-    if model.redundant_experts > most:
+    if redundant > most:
         raise SimbatchError(f"{source}: cluster.redundant_experts",
                             f"must be at most {most:,} for {model.name}'s {model.num_experts} experts over {gpus} "
                             f"GPUs (a copy of every expert on every GPU: {model.num_experts} x ({gpus} - 1)), "
-                            f"got {model.redundant_experts:,}")
+                            f"got {redundant:,}")
 
 
-def pool_model(model: ModelSpec, cluster: ClusterParams, disaggregation, pool: str) -> ModelSpec:
-    """The scenario's ``model`` laid out as disaggregated pool ``pool`` serves it (its own
+def pool_layout(layout: ExpertLayout, cluster: ClusterParams, disaggregation, pool: str) -> ExpertLayout:
+    """The scenario's expert ``layout`` as disaggregated pool ``pool`` serves it (its own
     ``expert_parallel`` / ``expert_dispatch``, else the cluster's; checked by
-    :func:`apply_expert_layout`)."""
+    :func:`expert_layout`)."""
     ep, dispatch = disaggregation.pool_experts(pool, cluster)
-    if (ep, dispatch) == (model.expert_parallel, model.expert_dispatch):
-        return model
+    if (ep, dispatch) == (layout.expert_parallel, layout.expert_dispatch):
+        return layout
     # EPLB (the cluster's) balances expert-parallel pools only
     eplb = ep and cluster.eplb
-    return replace(model, expert_parallel=ep, expert_dispatch=dispatch, eplb=eplb,
+    return replace(layout, expert_parallel=ep, expert_dispatch=dispatch, eplb=eplb,
                    redundant_experts=cluster.redundant_experts if eplb else 0)
 
 
-def _data_parallel_attention(model: ModelSpec, cluster: ClusterParams, disaggregation, source: str) -> ModelSpec:
-    """``model`` laid out for data-parallel attention: the cluster's replicas are the ranks,
+def _data_parallel_attention(model: ModelSpec, cluster: ClusterParams, disaggregation, source: str,
+                             balance: dict) -> ExpertLayout:
+    """The layout of data-parallel attention for ``model``: the cluster's replicas are the ranks,
     all alike (one TP degree, one stage, no disaggregated pools), and their GPUs together hold
     the routed experts, dispatched by all-to-all (vLLM uses its all-to-all kernels whenever
     data parallelism and expert parallelism are both on)."""
@@ -242,5 +244,6 @@ def _data_parallel_attention(model: ModelSpec, cluster: ClusterParams, disaggreg
     if model.num_experts % gpus:
         raise SimbatchError(where, f"{cluster.replicas} replicas x tensor_parallel {cluster.tensor_parallel} = {gpus} "
                                    f"GPUs do not split {model.name}'s {model.num_experts} experts evenly")
-    check_redundant_experts(model, gpus, source)
-    return replace(model, expert_parallel=True, expert_dispatch="all2all", attention_data_parallel=cluster.replicas)
+    check_redundant_experts(model, balance.get("redundant_experts", 0), gpus, source)
+    return ExpertLayout(expert_parallel=True, expert_dispatch="all2all", attention_data_parallel=cluster.replicas,
+                        **balance)

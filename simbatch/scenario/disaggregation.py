@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from simbatch.catalog.links import Link, get_link
-from simbatch.catalog.models import EXPERT_DISPATCHES
+from simbatch.catalog.parallelism import EXPERT_DISPATCHES
 from simbatch.core.params import MAX_MICRO_BATCHES, MAX_REPLICAS, parse_params, require
 from simbatch.costmodel.pipeline import SCHEDULES
 from simbatch.errors import SimbatchError

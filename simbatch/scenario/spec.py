@@ -16,6 +16,7 @@ import yaml
 
 from simbatch.catalog.hardware import GPUSpec, get_gpu
 from simbatch.catalog.models import ModelSpec, get_model
+from simbatch.catalog.parallelism import ExpertLayout
 from simbatch.catalog.servers import EngineParams, parse_engine, with_engine_defaults
 from simbatch.control.params import ControlParams, controller_knob, parse_control
 from simbatch.core.params import parse_params
@@ -23,7 +24,7 @@ from simbatch.errors import SimbatchError
 from simbatch.files.yamlio import compose, load_yaml, read_text
 from simbatch.policies import PolicySpec, parse_policy, parse_policy_spec, policy_class
 from simbatch.policies.chunked_prefill import ChunkedPrefillPolicy
-from simbatch.scenario.cluster import ClusterParams, apply_expert_layout, parse_cluster
+from simbatch.scenario.cluster import ClusterParams, expert_layout, parse_cluster
 from simbatch.scenario.disaggregation import DisaggregationParams, parse_disaggregation
 from simbatch.scenario.overrides import override, policy_knobs
 from simbatch.scenario.quantization import apply_quantization
@@ -51,6 +52,7 @@ class Scenario:
     source: str  # file name, used in error messages
     base_dir: Path  # paths inside the scenario are relative to it
     model: ModelSpec
+    experts: ExpertLayout  # how the deployment lays the model's experts over its GPUs (catalog.parallelism)
     gpu: GPUSpec  # the top-level hardware (a replica group or pool may name its own)
     policy: PolicySpec  # the top-level policy
     group_policies: tuple[PolicySpec, ...] = ()  # one per replica group, in cluster.groups order
@@ -199,7 +201,7 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
                           model.max_context)
         for i, group in enumerate(cluster.groups))
     disaggregation = parse_disaggregation(data.get("disaggregation"), data["policy"], source, model.max_context)
-    model = apply_expert_layout(model, cluster, disaggregation, source)
+    experts = expert_layout(model, cluster, disaggregation, source)
     speculative, drafter = _speculative(data, model, (policy, *group_policies), disaggregation, cluster, source,
                                        base_dir)
     if data.get("variants") is not None:
@@ -208,7 +210,7 @@ def from_dict(data: dict, source: str = "<scenario>", base_dir: Path | None = No
         check_variants(data, source, from_dict)
     return Scenario(
         data=data, source=source, base_dir=Path(base_dir or "."),
-        model=model, gpu=gpu, policy=policy, group_policies=group_policies,
+        model=model, experts=experts, gpu=gpu, policy=policy, group_policies=group_policies,
         control=control, cluster=cluster,
         kv_cache=parse_params(KVCacheParams, data.get("kv_cache"), f"{source}: kv_cache"),
         slo=slo,

@@ -35,7 +35,7 @@ from simbatch.engine.setup import (
 )
 from simbatch.errors import SimbatchError
 from simbatch.policies.routers import ROUTER_CLASSES
-from simbatch.scenario.cluster import pool_model
+from simbatch.scenario.cluster import pool_layout
 from simbatch.scenario.disaggregation import PIPELINE_FIELDS, POOLS
 from simbatch.scenario.spec import Scenario
 from simbatch.workload import Workload
@@ -67,14 +67,14 @@ def build_pool(scenario: Scenario, model: ModelSpec, index: int, pool: str) -> P
     """Pool ``pool``'s GPU, TP degree, pipeline stages, cost model, KV capacity (per stage)
     and policy, checked."""
     dis = scenario.disaggregation
-    model = pool_model(model, scenario.cluster, dis, pool)  # the pool's own expert layout
+    layout = pool_layout(scenario.experts, scenario.cluster, dis, pool)  # the pool's own expert layout
     policy = dis.policies[pool]
     own = dis.pool(pool).policy is not None
     gpu, tp, backend = replica_backend(scenario, model, dis.pool(pool), lambda f: pool_field(scenario, pool, f),
-                                       (policy.params, f"disaggregation.{pool}.policy" if own else "policy"))
+                                       (policy.params, f"disaggregation.{pool}.policy" if own else "policy"), layout)
     stages = dis.pool_pipeline(pool, scenario.cluster)
     budget = checked_budget(scenario, model, gpu, tp, pool_field(scenario, pool, "hardware"), policy.params,
-                            stages)
+                            stages, layout)
     return PoolSetup(index, dis.pool(pool).replicas, gpu, tp, backend, policy.cls, policy.params, budget.blocks,
                      stages, budget, pool=pool, router=dis.pool_router(pool))
 
