@@ -6,7 +6,7 @@ twice at one step boundary; the results stay the step-by-step engine's.
 """
 
 from simbatch.engine.check import fast_path_difference
-from simbatch.engine.decode_group import DecodeGroup
+from simbatch.engine.fast.decode_group import DecodeGroup
 from simbatch.engine.simulation import simulate
 from simbatch.policies.continuous import ContinuousPolicy
 from simbatch.scenario.spec import from_dict
@@ -32,9 +32,9 @@ def test_a_steady_run_goes_on_past_finishes():
     original_run, original_pop = DecodeGroup.run, DecodeGroup.pop_finished
     current = []
 
-    def counted_run(self, replica):
+    def counted_run(self, replica, steady):
         current.append(0)
-        n = yield from original_run(self, replica)
+        n = yield from original_run(self, replica, steady)
         finishing_steps.append(current.pop())
         return n
 
@@ -60,7 +60,7 @@ def test_the_policy_is_asked_once_per_step_boundary():
     # Two replicas, so that the steps of one interleave with the other's and with arrivals.
     sc = light_load(seed=1, replicas=2)
     asked = []
-    original = ContinuousPolicy.steady_decode
+    original = ContinuousPolicy.steady_run
 
     def counted(self):
         # which policy, at how many of the whole log's steps, in which state: asking twice
@@ -70,7 +70,7 @@ def test_the_policy_is_asked_once_per_step_boundary():
         return original(self)
 
     logs = []
-    ContinuousPolicy.steady_decode = counted
+    ContinuousPolicy.steady_run = counted
     ContinuousPolicy.log_steps = lambda self: logs[0].steps["start_s"]
     original_init = ContinuousPolicy.__init__
 
@@ -83,7 +83,7 @@ def test_the_policy_is_asked_once_per_step_boundary():
     try:
         simulate(sc)
     finally:
-        ContinuousPolicy.steady_decode, ContinuousPolicy.__init__ = original, original_init
+        ContinuousPolicy.steady_run, ContinuousPolicy.__init__ = original, original_init
         del ContinuousPolicy.log_steps
     assert len(asked) > 200
     repeats = sum(1 for a, b in zip(asked, asked[1:]) if a == b)

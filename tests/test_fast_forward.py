@@ -156,16 +156,16 @@ def test_mixed_steps_run_back_to_back_with_the_decode_group_joined_in_place():
     # them), and the requests whose prefill a step completes join the decode group there
     # (join_decoding on the step's chunks), so adopt_decoding seldom scans the running list;
     # the results are the step-by-step engine's (the grid above checks every feature).
-    from simbatch.engine import fast_forward
-    from simbatch.engine.decode_group import DecodeGroup
+    from simbatch.engine.fast import steps as fast_forward
+    from simbatch.engine.fast.decode_group import DecodeGroup
 
     sc = scenario(3, "chunked_prefill", "paged", 0.9, 20.0, 1)
     runs, joins, scans = [], [], []
     original_run, original_join, original_adopt = (fast_forward.mixed_run, DecodeGroup.join_decoding,
                                                     DecodeGroup.adopt_decoding)
 
-    def counted_run(replica):
-        n = yield from original_run(replica)
+    def counted_run(replica, mixed):
+        n = yield from original_run(replica, mixed)
         runs.append(n)
         return n
 

@@ -23,6 +23,9 @@ FORBIDDEN = (
     ("simbatch.policies", "simbatch.engine"),
     ("simbatch.costmodel", "simbatch.engine"),
     ("simbatch.costmodel", "simbatch.calibrate"),
+    # The fast path prices and logs the runs a policy describes (SteadyRun, PaddedBatch.decode_run):
+    # it never needs a policy's code, so it cannot restate a rule of one.
+    ("simbatch.engine.fast", "simbatch.policies"),
     # The scenario is parsed into specs the engine reads; parsing never needs the engine.
     ("simbatch.scenario", "simbatch.engine"),
 )

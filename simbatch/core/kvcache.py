@@ -91,17 +91,13 @@ class KVCache:
         return num_blocks + reserve <= self.num_blocks - self.num_used
 
     def allocate(self, seq: Sequence, num_blocks: int) -> None:
-        """Give ``seq`` ``num_blocks`` more blocks (caller checked :meth:`can_allocate`)."""
+        """Give ``seq`` ``num_blocks`` more blocks (caller checked :meth:`can_allocate`). ``seq``
+        is anything holding a ``num_blocks`` count: a request, or the engine's decode group,
+        which holds the blocks its steady steps take until it settles them onto its members."""
         if num_blocks > self.num_blocks - self.num_used:
             raise RuntimeError(f"KV over-allocation: {num_blocks} > {self.num_free} free")
         self.num_used += num_blocks
         seq.num_blocks += num_blocks
-
-    def take(self, num_blocks: int) -> None:
-        """Hand out blocks in bulk; the caller adds them to their owners' counts later (fast path)."""
-        if num_blocks > self.num_blocks - self.num_used:
-            raise RuntimeError(f"KV over-allocation: {num_blocks} > {self.num_free} free")
-        self.num_used += num_blocks
 
     def free(self, seq: Sequence) -> None:
         """Return every block ``seq`` holds."""

@@ -102,13 +102,15 @@ def prefix_cache_summary(stats: PrefixCacheStats | None, prompt_tokens) -> dict 
     }
 
 
-def build_kv_cache(num_blocks: int, params, policy_cls, log, max_tokens: int) -> KVCache:
+def build_kv_cache(num_blocks: int, params, policy_cls, log, max_tokens: int, reforms_batch: bool) -> KVCache:
     """One replica's KV cache from the scenario's ``kv_cache`` section: a :class:`PrefixKVCache`
-    when ``prefix_caching`` is on and the policy re-forms its batch every step; padded-batch
-    policies (static, dynamic) reserve whole rectangles, so they keep the plain cache (noted)."""
+    when ``prefix_caching`` is on and the policy re-forms its batch every step
+    (``reforms_batch``: an ``IterationPolicy``, which the engine knows and this layer does not);
+    padded-batch policies (static, dynamic) reserve whole rectangles, so they keep the plain
+    cache (noted)."""
     if not params.prefix_caching:
         return KVCache(num_blocks, params.block_size, params.mode, params.reserve, max_tokens)
-    if policy_cls.steady_kind != "running":
+    if not reforms_batch:
         message = (f"kv_cache.prefix_caching is ignored under {policy_cls.kind} batching "
                    f"(padded batches reserve their whole rectangle; only continuous and "
                    f"chunked_prefill reuse cached prefixes)")
@@ -236,10 +238,6 @@ class PrefixKVCache(KVCache):
     def allocate(self, seq: Sequence, num_blocks: int) -> None:
         self.evict_for(num_blocks)
         super().allocate(seq, num_blocks)
-
-    def take(self, num_blocks: int) -> None:
-        self.evict_for(num_blocks)
-        super().take(num_blocks)
 
     def free(self, seq: Sequence) -> None:
         if seq.prefix is not None and not isinstance(seq.prefix, tuple):

@@ -10,7 +10,7 @@ that one rule.
 A sequence holds scheduling state only. When it emitted its tokens is the
 event log's to record (its open token run included: :mod:`simbatch.core.eventlog`),
 and while it decodes in lockstep, the clock its counters were last settled at
-is its replica's decode group's (:mod:`simbatch.engine.decode_group`).
+is its replica's decode group's (:mod:`simbatch.engine.fast.decode_group`).
 """
 
 from __future__ import annotations

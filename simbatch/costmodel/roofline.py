@@ -83,6 +83,9 @@ class RooflineCostModel(PricedByWork):
             self._tile = min(self._tile, MARLIN_TILE_TOKENS)
         self._ramp = p["gemm_ramp_tokens"]
         self._floor = p["launch_floor_s"]
+        # overhead()'s coefficients, read once (params do not change after construction)
+        self._over_step, self._over_seq, self._over_tok = (p["step_overhead_s"], p["per_seq_overhead_s"],
+                                                           p["per_token_overhead_s"])
         # What a faster (FP8 / INT8) tensor-core rate does not speed up (0 at the 16-bit rate).
         self._lin_fixed_tok = quantized_kept_seconds(m, g, tp, p, self.layout)
         self._moe = m.is_moe
@@ -149,27 +152,31 @@ class RooflineCostModel(PricedByWork):
         layers, LM head and all-reduce depend only on the (tokens, rows) counts and come from
         :meth:`_count_terms`, computed once per count."""
         tokens, rows, dec, pre = work
-        lin, lm, *_, ar = self._count_terms(tokens, rows)
-        bd = {
-            "linear": lin,
-            "lm_head": lm,
-            "attn_prefill": self.attn_seconds(pre),
-            "attn_decode": self.attn_seconds(dec, decode=True),
-            "allreduce": ar,
-            "overhead": self.overhead(work, live),
-        }
+        terms = self._terms.get((tokens, rows)) or self._count_terms(tokens, rows)
+        lin, lm, ar = terms[0], terms[1], terms[8]
+        ap = self.attn_seconds(pre) if pre[2] else 0.0  # attn_seconds is 0.0 without queries
+        ad = self.attn_seconds(dec, True) if dec[2] else 0.0
+        over = self.overhead(work, live)
+        bd = {"linear": lin, "lm_head": lm, "attn_prefill": ap, "attn_decode": ad, "allreduce": ar,
+              "overhead": over}
+        flops, nbytes = self.counts(kept, terms if kept is work else None)
         if self._moe:
             bd["experts"] = max(self._expert_bounds(tokens))
             if self._a2a:
                 bd["all_to_all"] = self._all_to_all_seconds(tokens)
+            if self._floor:
+                bd["launch_wait"] = self.launch_wait(sum(v for k, v in bd.items() if k != "overhead"))
+            return StepCost(sum(bd.values()), bd, flops, nbytes)
+        # A dense model's sums written out in the breakdown's order, which is the order
+        # sum(bd.values()) adds them in (so the floats are the same), without the generator.
+        total = lin + lm + ap + ad + ar + over
         if self._floor:
-            bd["launch_wait"] = self.launch_wait(sum(v for k, v in bd.items() if k != "overhead"))
-        flops, nbytes = self.counts(kept)
-        return StepCost(sum(bd.values()), bd, flops, nbytes)
+            bd["launch_wait"] = wait = self.launch_wait(lin + lm + ap + ad + ar)
+            total += wait
+        return StepCost(total, bd, flops, nbytes)
 
     def overhead(self, work: StepWork, live: int) -> float:
-        p = self.params
-        return p["step_overhead_s"] + p["per_seq_overhead_s"] * live + p["per_token_overhead_s"] * work[0]
+        return self._over_step + self._over_seq * live + self._over_tok * work[0]
 
     def mixed_cost(self, num_decodes: int, context_sum: int, chunk_new: list[int],
                    chunk_ctx: list[int], streams: int = 1) -> StepCost:
@@ -228,8 +235,7 @@ class RooflineCostModel(PricedByWork):
         # price_streams: the parts' breakdowns added key by key, the whole step's overhead,
         # and the time the streams hide.
         linear, lm_head, ar = lin_d + lin_p, lm_d + lm_p, ar_d + ar_p
-        pr, slots = self.params, n + len(chunk_new)  # overhead() of the whole step, written out
-        over = pr["step_overhead_s"] + pr["per_seq_overhead_s"] * slots + pr["per_token_overhead_s"] * (n + p)
+        over = self.overhead((n + p,), n + len(chunk_new))  # the whole step's
         overlap = max(compute, memory, max(own_d, own_p)) - (own_d + own_p)
         bd = {"linear": linear, "lm_head": lm_head, "attn_prefill": attn_p, "attn_decode": attn_d,
               "allreduce": ar, "overhead": over, "stream_overlap": overlap}
@@ -383,24 +389,26 @@ class RooflineCostModel(PricedByWork):
         return max(pairs * self._attn_flops_pair * self._attn_inv_flops,
                    (kv_tokens * self._attn_kv_tok + q_tokens * self._attn_q_tok) * self._attn_inv_bw)
 
-    def counts(self, work: StepWork) -> tuple[float, float]:
-        """FLOPs and HBM bytes (per GPU) of ``work`` (MFU and MBU count the kept work)."""
+    def counts(self, work: StepWork, terms: tuple | None = None) -> tuple[float, float]:
+        """FLOPs and HBM bytes (per GPU) of ``work`` (MFU and MBU count the kept work); the
+        linear layers' and LM head's come from :meth:`_count_terms` (``terms``: its entry for
+        ``work``'s counts, when the caller has it)."""
         tokens, rows, (dp, dkv, dq), (pp, pkv, pq) = work
+        if terms is None:
+            terms = self._terms.get((tokens, rows)) or self._count_terms(tokens, rows)
         if self._mla:  # decode and prefill attention count differently
             attn_flops = dp * self._attn_flops_pair_dec + pp * self._attn_flops_pair
             q_bytes = dq * self._attn_q_tok_dec + pq * self._attn_q_tok
         else:
             attn_flops, q_bytes = (dp + pp) * self._attn_flops_pair, (dq + pq) * self._attn_q_tok
-        flops = tokens * self._lin_flops_tok + rows * self._lm_flops_row + attn_flops
+        flops = terms[5] + attn_flops  # linear + LM head FLOPs, then attention
         nbytes = (dkv + pkv) * self._attn_kv_tok + q_bytes
-        if tokens:
-            nbytes += self._lin_weight_bytes + tokens * self._lin_act_tok
-            if self._moe:  # per GPU: the routed work shared by the expert-parallel GPUs
-                flops += (tokens * self._dp * self.model.experts_per_token * self._expert_flops_row
-                          / self.expert_parallel)
-                nbytes += self._expert_mean_bytes(tokens)
-        if rows:
-            nbytes += self._lm_weight_bytes + rows * self._lm_act_row
+        nbytes += terms[6]  # the linear layers' bytes (0.0 without tokens)
+        if tokens and self._moe:  # per GPU: the routed work shared by the expert-parallel GPUs
+            flops += (tokens * self._dp * self.model.experts_per_token * self._expert_flops_row
+                      / self.expert_parallel)
+            nbytes += self._expert_mean_bytes(tokens)
+        nbytes += terms[7]  # the LM head's (0.0 without rows)
         return float(flops), float(nbytes)
 
 

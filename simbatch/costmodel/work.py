@@ -109,7 +109,7 @@ class PricedByWork:
             dec = decode_work(n, s)
             chunks = StepWork((pre.q_tokens, len(chunk_new) - chunk_new.count(0), NO_ATTN, pre))
             return self.price_streams([(dec, dec, n), (chunks, chunks, len(chunk_new))])
-        work = StepWork((n + pre.q_tokens, n + len(chunk_new) - chunk_new.count(0), AttnWork((s + n, s + n, n)),
+        work = StepWork((n + pre[2], n + len(chunk_new) - chunk_new.count(0), AttnWork((s + n, s + n, n)),
                          pre))
         return self.price(work, work, n + len(chunk_new))
 
@@ -194,6 +194,12 @@ def attn_sums(q: list[int], ctx: list[int]) -> AttnWork:
     against the cache and ``q*(q+1)/2`` causally among its own tokens; it reads
     ``c + q`` tokens of KV. Slots with no query tokens run nothing.
     """
+    if len(q) == 1:  # one slot (a prompt or chunk alone, the usual chunk under load): no sums
+        k = q[0]
+        if not k:
+            return NO_ATTN
+        c = ctx[0]
+        return AttnWork((k * c + (k * k + k) // 2, c + k, k))  # the formula below, for one slot
     sq = sum(q)
     if not sq:
         return NO_ATTN

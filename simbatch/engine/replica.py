@@ -17,8 +17,8 @@ from simbatch.core.eventlog import EventLog
 from simbatch.core.plan import StepPlan
 from simbatch.core.sequence import FINISHED, Sequence
 from simbatch.costmodel.base import CostModel, fast_price
-from simbatch.engine.decode_group import DecodeGroup
-from simbatch.engine.fast_forward import fast_steps
+from simbatch.engine.fast.decode_group import DecodeGroup
+from simbatch.engine.fast.steps import fast_steps
 from simbatch.policies.base import Policy
 
 
@@ -30,9 +30,10 @@ class Replica:
     inbox = None
     # Which drafts a verify step keeps (simbatch.scenario.speculative.Acceptance); None: no speculation.
     speculation = None
-    # True when DecodeGroup.run returned because steady_decode() said False at the current
-    # step boundary (Replica.run then skips asking it again).
-    unsteady = False
+    # The policy's steady_run() answer at the current step boundary when a run of the fast path
+    # has just asked it (answered: True; fast_steps then reads it instead of asking again).
+    answered = False
+    answer = None
 
     def __init__(self, env: simpy.Environment, index: int, policy: Policy,
                  backend: CostModel, log: EventLog, seqs: list[Sequence | None],
@@ -88,8 +89,10 @@ class Replica:
                 control_tick(self, env.now)
             if self.inbox is not None and self.inbox.ready(self):
                 yield from self.inbox.pull(self)
-            if self.fast_forward and (yield from fast_steps(self)):
-                continue  # steps the fast path took (same results as the loop's own)
+            if self.fast_forward:
+                steps = fast_steps(self)
+                if steps is not None and (yield from steps):
+                    continue  # steps the fast path took (same results as the loop's own)
             if self.group.members and policy.next_plan_reads_running():
                 self.group.sync_all()
             start = env.now

@@ -26,6 +26,7 @@ from simbatch.engine.setup import (
     group_field,
     speculative_backend,
 )
+from simbatch.policies.iteration import IterationPolicy
 from simbatch.policies.routers import ROUTER_CLASSES
 from simbatch.scenario.spec import Scenario
 from simbatch.scenario.speculative import Acceptance
@@ -64,7 +65,8 @@ def build_replicas(env: simpy.Environment, scenario: Scenario, groups: list[Repl
     replicas: list[Replica] = []
     for group in groups:
         def make_kv(group=group):
-            kv = build_kv_cache(group.kv_blocks, kv_params, group.policy_cls, log, max_context)
+            kv = build_kv_cache(group.kv_blocks, kv_params, group.policy_cls, log, max_context,
+                                reforms_batch=issubclass(group.policy_cls, IterationPolicy))
             kv.on_free = on_free
             return kv
 

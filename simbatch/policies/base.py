@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from simbatch.core.kvcache import KVCache
 from simbatch.core.plan import StepPlan
@@ -19,18 +19,46 @@ from simbatch.core.sequence import Sequence
 from simbatch.core.stop import NONE
 
 
+class SteadyRun(NamedTuple):
+    """What a policy promises of its next steps, from its own admission dry run: the engine's
+    fast path (:mod:`simbatch.engine.fast`) then runs them without asking it again.
+
+    Every running request (``kind`` ``"running"``), or every row of a started padded batch
+    (``"padded"``), decodes one token a step until a request finishes or KV blocks run short,
+    and, when ``ends_on_arrival``, until a request arrives (the queue was empty, so an arrival
+    could be admitted; behind a blocked head, arrivals change nothing). ``stop_reason``: why
+    admission takes nobody meanwhile (a :mod:`simbatch.core.stop` code, logged with each step).
+
+    ``"mixed"`` (chunked prefill): the next steps are every running decode plus the prefill
+    chunks the policy's ``schedule_chunks`` plans for what they leave of the budget, for as
+    long as all the decodes fit (the step's chunk planning gives its own stop reason).
+    """
+
+    kind: str
+    stop_reason: int
+    ends_on_arrival: bool
+
+
+_STEADY: dict[tuple[str, int, bool], SteadyRun] = {}
+
+
+def steady(kind: str, stop_reason: int, ends_on_arrival: bool) -> SteadyRun:
+    """The :class:`SteadyRun` of these fields (one shared instance each: asked at every step
+    boundary of a loaded replica, so it is not built anew)."""
+    key = (kind, stop_reason, ends_on_arrival)
+    run = _STEADY.get(key)
+    if run is None:
+        run = _STEADY[key] = SteadyRun(kind, stop_reason, ends_on_arrival)
+    return run
+
+
 class Policy:
     """Base class: holds the waiting queue, the KV cache and a note-taker for the run log."""
 
     kind: ClassVar[str] = ""
     Params: ClassVar[type]
-    # Which steady state steady_decode() promises (see simbatch.engine.fast_forward):
-    # "running" (every running request decodes) or "padded_batch" (the batch decodes on).
-    steady_kind: ClassVar[str] = ""
-    # True when the policy offers schedule_chunks (the fast path's mixed steps).
-    mixes_chunks: ClassVar[bool] = False
-    # Whether the engine may fast-forward this policy (steady_decode, schedule_chunks,
-    # next_plan_reads_running). Never inherited: see __init_subclass__.
+    # Whether the engine may fast-forward this policy (steady_run, and schedule_chunks for
+    # the mixed runs it describes; next_plan_reads_running). Never inherited: see __init_subclass__.
     fast_path: ClassVar[bool] = False
     # What an online controller turns on this policy, by controller kind (simbatch.control):
     # {"slo": "max_num_seqs"}. Inherited: a subclass whose Params keep the field is driven
@@ -78,12 +106,11 @@ class Policy:
         """When idle, the time a timer should wake the engine (None: only an arrival)."""
         return None
 
-    def steady_decode(self) -> bool:
-        """True when the next plan is "every running request decodes one token" and stays so
-        until a request finishes, one arrives or KV blocks run short (the engine then may
-        fast-forward those steps). Policies that cannot promise it say False. Asked only
-        when the class declares ``fast_path = True``."""
-        return False
+    def steady_run(self) -> SteadyRun | None:
+        """The steady run the next steps are (:class:`SteadyRun`: the engine then may
+        fast-forward them), or None when the policy cannot promise one. Asked only when the
+        class declares ``fast_path = True``."""
+        return None
 
     def next_plan_reads_running(self) -> bool:
         """False only when the next :meth:`schedule` will not read the running requests'

@@ -33,10 +33,12 @@ from dataclasses import dataclass
 from simbatch.core.params import require
 from simbatch.core.plan import StepPlan
 from simbatch.core.sequence import RUNNING, Sequence
-from simbatch.core.stop import PREEMPTED
+from simbatch.core.stop import NONE, PREEMPTED
+from simbatch.policies.base import steady
 from simbatch.policies.iteration import IterationParams, IterationPolicy
 
 DEFAULT_BUDGET = 2048  # vLLM v1's API-server max_num_batched_tokens on A100-class GPUs
+MIXED = steady("mixed", NONE, False)  # the running decodes plus schedule_chunks's chunks
 
 
 @dataclass(frozen=True)
@@ -81,14 +83,16 @@ class ChunkedPrefillPolicy(IterationPolicy):
     Params = ChunkedPrefillParams
     knobs = {"slo": "max_num_batched_tokens"}  # the SLO controller turns the step's token budget
     # The engine's fast path may run the decodes lazily and ask only for the
-    # chunks (schedule_chunks), since decodes never depend on the chunks.
+    # chunks (schedule_chunks), since decodes never depend on the chunks: steady_run's MIXED.
     mixes_chunks = True
-    # steady_decode and schedule_chunks share schedule()'s code (head_admission, take_running)
+    # steady_run and schedule_chunks share schedule()'s code (head_admission, take_running)
     fast_path = True
 
     def __init__(self, params, kv, note=lambda m: None):
         super().__init__(params, kv, note)
-        # Running requests whose prefill is under way, in running order (exact between steps).
+        # Running requests whose prefill is under way, in running order: kept as steps
+        # complete (exact between steps), so that neither schedule() nor the fast path's
+        # steady check and chunk planning rescan the running list for them.
         self.prefilling: list[Sequence] = []
         self.rescan = False  # a preemption reordered things: rebuild prefilling after the step
         self.preempted_now = False  # this step preempted someone: admit nobody (vLLM v1)
@@ -99,13 +103,14 @@ class ChunkedPrefillPolicy(IterationPolicy):
         # Preempting for a more important waiting request is meant to admit it: only
         # preemptions for KV growth below hold the queue back.
         self.preempted_now = False
-        decoding, prefilling = [], []
-        for seq in self.running:  # seq.is_decoding, inlined: this loop runs every step
-            (decoding if seq.num_generated and seq.num_tokens - seq.num_computed == 1 else prefilling).append(seq)
+        if self.rescan:  # the priority pass preempted: the running list lost some requests
+            self.rescan_prefilling()
+        # The rest of the running list decodes (seq.is_decoding, inlined: this runs every step).
+        decoding = [s for s in self.running if s.num_generated and s.num_tokens - s.num_computed == 1]
         decodes, budget = self.take_running(decoding, budget, decoding=True)
         # Mid-prefill chunks may preempt, but never a decode already in this plan.
         protected = frozenset(s.id for s, _ in decodes)
-        chunks, budget = self.take_running(prefilling, budget, decoding=False, protected=protected)
+        chunks, budget = self.take_running(self.prefilling, budget, decoding=False, protected=protected)
         chunks += self.admit_chunks(budget, now)
         if not decodes and not chunks:
             return None
@@ -142,18 +147,26 @@ class ChunkedPrefillPolicy(IterationPolicy):
         if finished:  # the base retires finished requests and does nothing else (asked only then)
             super().on_step_done(plan, finished, now)
         if self.rescan:
-            self.rescan = False
-            self.prefilling = [s for s in self.running if not s.is_decoding]
+            self.rescan_prefilling()
         else:
             # (not s.is_decoding, inlined: this runs every step)
             self.prefilling = [s for s in self.prefilling
                                if s.status == RUNNING and not (s.num_generated and s.num_tokens - s.num_computed == 1)]
 
-    def steady_decode(self) -> bool:
+    def rescan_prefilling(self) -> None:
+        """Rebuild :attr:`prefilling` from the running list (after a preemption took some out)."""
+        self.rescan = False
+        self.prefilling = [s for s in self.running if not s.is_decoding]
+
+    def steady_run(self):
         # ... and only while every decode fits in the step's token budget. A request mid-prefill
         # (all_decoding, the base's last check) is asked first: it settles the answer without
         # the queue head's dry run, and under load nearly every step has one.
-        return not self.prefilling and len(self.running) <= self.params.budget and super().steady_decode()
+        if not self.prefilling and len(self.running) <= self.params.budget:
+            run = super().steady_run()
+            if run is not None:
+                return run
+        return MIXED if self.mixes_chunks else None
 
     def admission_reserve(self) -> int:
         # vLLM v1 keeps the watermark only while some request is scheduled in the step

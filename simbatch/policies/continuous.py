@@ -64,7 +64,7 @@ class ContinuousPolicy(IterationPolicy):
     kind = "continuous"
     Params = ContinuousParams
     knobs = {"slo": "max_num_seqs"}  # the SLO controller caps the running batch
-    # steady_decode (IterationPolicy's) asks head_admission, which admit_prefills uses too
+    # steady_run (IterationPolicy's) asks head_admission, which admit_prefills uses too
     fast_path = True
 
     def __init__(self, params, kv, note=lambda m: None):

@@ -48,7 +48,7 @@ class DynamicPolicy(BatchPolicy):
 
     kind = "dynamic"
     knobs = {"adaptive_delay": "max_queue_delay_us"}  # the queue delay follows the load
-    # select() only forms batches; a started batch decodes on (BatchPolicy.steady_decode)
+    # select() only forms batches; a started batch decodes on (BatchPolicy.steady_run)
     fast_path = True
     Params = DynamicParams
 

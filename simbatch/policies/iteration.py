@@ -20,7 +20,7 @@ from simbatch.core.params import require
 from simbatch.core.plan import StepPlan
 from simbatch.core.sequence import FINISHED, RUNNING, Sequence
 from simbatch.core.stop import BUDGET, EMPTY, KV, NONE, PADDING, SEATS
-from simbatch.policies.base import Policy
+from simbatch.policies.base import Policy, SteadyRun, steady
 from simbatch.policies.queue_order import QueueOrder, check_queue_params
 
 
@@ -46,7 +46,9 @@ class IterationParams:
 class IterationPolicy(Policy):
     """Base for policies that re-form the batch at every step."""
 
-    steady_kind = "running"
+    # Whether steady_run may describe mixed runs (decodes plus schedule_chunks's chunks):
+    # chunked prefill's, off under an age bound or priority preemption (see __init__).
+    mixes_chunks = False
     # Drafts a decode verifies per step (speculative decoding; set by the engine from the
     # scenario's ``speculative`` section, which also turns the fast path off). 0: none.
     spec_tokens = 0
@@ -83,24 +85,26 @@ class IterationPolicy(Policy):
         if not self.order.is_fcfs:
             self.waiting = self.order.sort(self.waiting, now)
 
-    def steady_decode(self) -> bool:
-        # Everyone decoding and nobody admissible: schedule() would plan all
-        # running requests, one token each, in admission order, until a finish
-        # frees seats or blocks (or, with an empty queue, until an arrival). The
-        # admission's stop reason, which the steady steps log, is the dry run's.
+    def steady_run(self) -> SteadyRun | None:
+        # Everyone decoding and nobody admissible: schedule() would plan all running
+        # requests, one token each, in admission order, until a finish frees seats or
+        # blocks (or, with an empty queue, until an arrival). The admission's stop reason,
+        # which the steady steps log, is the dry run's.
         if not self.running:
-            return False
+            return None
         if not self.waiting:
             self.stop_reason = EMPTY
         else:  # cheap checks first: under load the queue usually decides
             if self.order.is_fcfs:
                 if not self.head_blocked():
-                    return False
+                    return None
             # Other orders may put an arrival (or a request that just aged) at the head,
             # so only a block that holds whoever heads the queue keeps the run steady.
             elif self.params.preempt_lower_priority or not self.blocked_for_all():
-                return False
-        return self.all_decoding()
+                return None
+        if not self.all_decoding():
+            return None
+        return steady("running", self.stop_reason, not self.waiting)
 
     def blocked_for_all(self) -> bool:
         """No queued request, whichever, can be admitted before a running one finishes (no

@@ -15,7 +15,7 @@ from itertools import islice
 from simbatch.core.plan import StepPlan
 from simbatch.core.sequence import FINISHED, RUNNING, Sequence
 from simbatch.core.stop import BATCH, EMPTY, KV, SEATS
-from simbatch.policies.base import Policy
+from simbatch.policies.base import Policy, SteadyRun, steady
 
 
 class PaddedBatch:
@@ -83,8 +83,6 @@ class BatchPolicy(Policy):
     from the waiting queue (or sets ``self.timer`` and returns an empty list).
     """
 
-    steady_kind = "padded_batch"
-
     def __init__(self, params, kv, note=lambda m: None):
         super().__init__(params, kv, note)
         self.batch: PaddedBatch | None = None
@@ -111,9 +109,11 @@ class BatchPolicy(Policy):
     def wake_at(self) -> float | None:
         return self.timer
 
-    def steady_decode(self) -> bool:
-        # A started batch decodes on, whatever arrives, until its rows finish.
-        return self.batch is not None and self.batch.num_decodes_done >= 0
+    def steady_run(self) -> SteadyRun | None:
+        # A started batch decodes on, whatever arrives, until its rows finish; it admits no one.
+        if self.batch is None or self.batch.num_decodes_done < 0:
+            return None
+        return steady("padded", BATCH, False)
 
     def on_step_done(self, plan: StepPlan, finished: list[Sequence], now: float) -> None:
         if self.batch is None:

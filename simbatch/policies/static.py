@@ -26,7 +26,7 @@ class StaticPolicy(BatchPolicy):
     """The oldest ``batch_size`` requests, once that many have arrived or the oldest has waited ``max_wait_s``."""
 
     kind = "static"
-    # select() only forms batches; a started batch decodes on (BatchPolicy.steady_decode)
+    # select() only forms batches; a started batch decodes on (BatchPolicy.steady_run)
     fast_path = True
     Params = StaticParams
 

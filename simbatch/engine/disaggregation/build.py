@@ -34,6 +34,7 @@ from simbatch.engine.setup import (
     replica_backend,
 )
 from simbatch.errors import SimbatchError
+from simbatch.policies.iteration import IterationPolicy
 from simbatch.policies.routers import ROUTER_CLASSES
 from simbatch.scenario.cluster import pool_layout
 from simbatch.scenario.disaggregation import PIPELINE_FIELDS, POOLS
@@ -116,7 +117,8 @@ def build_replicas(env, scenario: Scenario, pools: list[PoolSetup], log: EventLo
     for pool, cls in zip(pools, (PrefillReplica, DecodeReplica)):
         if cls is PrefillReplica:
             def make_kv(pool=pool):
-                return build_kv_cache(pool.kv_blocks, kv_params, pool.policy_cls, log, max_context)
+                return build_kv_cache(pool.kv_blocks, kv_params, pool.policy_cls, log, max_context,
+                                      reforms_batch=issubclass(pool.policy_cls, IterationPolicy))
         else:
             def make_kv(pool=pool):
                 return DecodeKVCache(pool.kv_blocks, kv_params.block_size, kv_params.mode, kv_params.reserve,

@@ -15,7 +15,7 @@ clock (a histogram over the clock modulo the block size), and the summed
 context. So a step costs O(1) and a request O(log n) over its whole decode,
 whatever the batch size. :meth:`DecodeGroup.run` takes such steady steps back to
 back (the fast path's steady runs for iteration-level policies; a padded batch's
-are :func:`simbatch.engine.fast_forward.padded_run`).
+are :func:`simbatch.engine.fast.steps.padded_run`).
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ class DecodeGroup:
         self.need_at = [0] * block_size  # members needing a block at the step run at clock c: need_at[c % bs]
         self.context_base = 0  # sum of (num_computed - clock) over members
         self.num_joined = 0
+        # Blocks the steady steps took for members (KVCache.allocate to the group) and not yet
+        # settled onto them: the group holds them, like a request, until settle moves them.
+        self.num_blocks = 0
 
     def need(self) -> int:
         """KV blocks the next steady step takes."""
@@ -135,7 +138,9 @@ class DecodeGroup:
         if self.paged:  # blocks were taken at owed steps slack, slack + bs, ...
             slack = seq.num_blocks * self.block_size - seq.num_computed
             if owed > slack:
-                seq.num_blocks += (owed - 1 - slack) // self.block_size + 1
+                grown = (owed - 1 - slack) // self.block_size + 1
+                seq.num_blocks += grown
+                self.num_blocks -= grown
         seq.num_computed += owed
         seq.num_generated += owed
         seq.num_tokens += owed
@@ -154,6 +159,7 @@ class DecodeGroup:
             self.clock = clock
             if self.paged and self.need_at_final(seq):
                 seq.num_blocks += 1
+                self.num_blocks -= 1
             seq.num_computed += 1
             self.settled[seq.id] = clock
             done.append(seq)
@@ -167,10 +173,10 @@ class DecodeGroup:
         """Whether ``seq`` took a new block in the final step (its last block was full)."""
         return seq.num_blocks * self.block_size == seq.num_computed
 
-    def run(self, replica):
+    def run(self, replica, steady):
         """SimPy sub-process: the steady decode steps of every running request of ``replica``
-        (its policy promised them: ``steady_decode``); returns how many it ran (0: none, the
-        normal path takes the step).
+        (its policy promised them: ``steady``, a :class:`~simbatch.policies.base.SteadyRun`);
+        returns how many it ran (0: none, the normal path takes the step).
 
         A step's price comes from the backend's O(1) ``decode_cost`` over the group's totals,
         and it is logged as the step-by-step engine logs it. Before a step the run stops when
@@ -178,7 +184,7 @@ class DecodeGroup:
         step's blocks are short (the normal path decides whom to preempt); after one, when a
         controller is due or the transfer inbox has work. After a step in which members finish,
         it asks what the engine loop would ask before its next step, in the same order (a
-        controller, the inbox, ``steady_decode``), and goes on with the smaller group when the
+        controller, the inbox, ``steady_run``), and goes on with the smaller group when the
         run is still steady, rather than returning to the loop only to be called again. The
         group's fields are read once per stretch and kept in locals (a step is the engine's hot
         path, millions of times a run).
@@ -197,10 +203,9 @@ class DecodeGroup:
             # The policy's queue (num_waiting is its length): arrivals append to this deque, and
             # only the replica's own scheduling, which does not run during a stretch, replaces it.
             queue = policy.waiting
-            # With an empty queue an arrival may be admitted next step, so it ends the
-            # run; behind a blocked head (steady_decode's promise) arrivals change nothing.
-            stop_on_arrival = not queue
-            stop = policy.stop_reason  # steady_decode's dry run: the same at every step of a stretch
+            # The policy's promise says whether an arrival ends the run (it could be admitted
+            # next step) and why admission takes nobody: the same at every step of a stretch.
+            stop_on_arrival, stop = steady.ends_on_arrival, steady.stop_reason
             while True:
                 waiting = len(queue)  # the queue as this step starts (nothing below changes it)
                 if stop_on_arrival and waiting:
@@ -209,7 +214,7 @@ class DecodeGroup:
                 if need:
                     if need > kv.num_free:
                         return done  # the normal path decides whom to preempt
-                    kv.take(need)
+                    kv.allocate(self, need)  # the group holds them until settle()
                 cost = decode_cost(n, context_base + n * clock)  # context()
                 start, seconds = now, cost.seconds
                 yield timeout(seconds)
@@ -233,8 +238,9 @@ class DecodeGroup:
             # What Replica.run asks before its next step, in its order.
             if now >= replica.control_at or (inbox is not None and inbox.ready(replica)):
                 return done
-            if not policy.steady_decode():
-                replica.unsteady = True  # the loop need not ask again at this boundary
+            steady = policy.steady_run()
+            if steady is None or steady.kind != "running":
+                replica.answer, replica.answered = steady, True  # the loop's fast_steps reads it
                 return done
         return done
 
@@ -251,6 +257,8 @@ class DecodeGroup:
         """Settle every member and empty the group (the policy is about to read them)."""
         for seq in self.members.values():
             self.settle(seq)
+        if self.num_blocks:  # every block a steady step took belongs to some member by now
+            raise RuntimeError(f"decode group still holds {self.num_blocks} KV blocks after settling")
         self.members = {}
         self.settled = {}
         self.finishes = []

@@ -1,7 +1,7 @@
 """The fast path: steady runs of decode steps without the policy or per-request work.
 
-When the policy says the batch is steady (every running request decoding and
-nobody admissible; or a started padded batch), the next steps are all "every
+When the policy describes a steady run (``Policy.steady_run``: every running request
+decoding and nobody admissible, or a started padded batch), the next steps are all "every
 running request computes one token", until a request reaches its last token,
 KV blocks run short, or (when the queue was empty) a request arrives. Those
 steps still each get their own SimPy timeout, log row and price (so times and
@@ -11,7 +11,7 @@ backend's O(1) ``decode_cost`` / ``padded_decode_cost``. Running requests of
 iteration-level policies live in the replica's :class:`DecodeGroup`, which
 settles a request's counters only when it finishes or the policy needs them,
 so steady decoding costs O(1) per step whatever the batch size (the steady
-decode run itself is :meth:`simbatch.engine.decode_group.DecodeGroup.run`); a
+decode run itself is :meth:`simbatch.engine.fast.decode_group.DecodeGroup.run`); a
 padded batch's rows are advanced once at the end of :func:`padded_run`.
 
 Chunked prefill's steps mix the running decodes with prefill chunks. There the
@@ -27,31 +27,39 @@ from operator import itemgetter
 
 import numpy as np
 
-from simbatch.core.stop import BATCH  # a started padded batch admits no one
 from simbatch.costmodel.base import fast_price
 
 first = itemgetter(0)  # a (request, tokens) pair's request
 
 
 def fast_steps(replica):
-    """The fast path's turn at a step boundary (``Replica.run`` asks it before scheduling): a
-    steady run where the policy promises one (the decode group's for iteration-level
-    policies, :func:`padded_run` for a started padded batch), else chunked prefill's mixed
-    steps (:func:`mixed_run`); returns how many steps it ran (0: the loop schedules one)."""
-    policy = replica.policy
-    # DecodeGroup.run may have just found the policy unsteady at this very boundary (nothing
+    """The fast path's turn at a step boundary (``Replica.run`` asks it before scheduling): the
+    SimPy sub-process of the run the policy describes (``steady_run``): the decode group's for
+    every running request decoding, :func:`padded_run` for a started padded batch,
+    :func:`mixed_run` for chunked prefill's mixed steps; each returns how many steps it ran
+    (0: the loop schedules one). None when the policy describes none.
+
+    A plain function, not a sub-process itself: the replica delegates to the run directly, one
+    generator frame less for every step of it to pass through."""
+    # A run of the fast path may have just asked the policy at this very boundary (nothing
     # has happened since): then it is not asked twice.
-    steady = not replica.unsteady and policy.steady_decode()
-    replica.unsteady = False
-    if steady:
-        return (yield from (replica.group.run(replica) if policy.steady_kind == "running" else padded_run(replica)))
-    if policy.mixes_chunks:
-        return (yield from mixed_run(replica))
-    return 0
+    if replica.answered:
+        run, replica.answered = replica.answer, False
+    else:
+        run = replica.policy.steady_run()
+    if run is None:
+        return None
+    kind = run.kind
+    if kind == "running":
+        return replica.group.run(replica, run)
+    if kind == "mixed":
+        return mixed_run(replica, run)
+    return padded_run(replica, run)
 
 
-def padded_run(replica):
-    """Decode steps of a started padded batch to its end (or to a controller's boundary).
+def padded_run(replica, run):
+    """Decode steps of a started padded batch to its end (or to a controller's boundary);
+    ``run``: the policy's promise (:class:`~simbatch.policies.base.SteadyRun`).
 
     Nothing can change such a run but a controller (at ``control_at``): the batch
     admits no one, its KV was reserved up front, and a row that finishes becomes a
@@ -119,7 +127,7 @@ def padded_run(replica):
         b = a + lives[a:done].count(n)  # live counts only fall, so equal ones are adjacent
         log.append_steps(replica=replica.index, start_s=starts[a:b], duration_s=seconds[a:b], num_seqs=n,
                          num_slots=slots, prefill_tokens=0, decode_tokens=n, padded_tokens=slots - n,
-                         kv_used_blocks=used, num_waiting=waiting[a:b], stop_reason=BATCH,
+                         kv_used_blocks=used, num_waiting=waiting[a:b], stop_reason=run.stop_reason,
                          useful_flops=flops[a:b], useful_bytes=nbytes[a:b])
         a = b
     batch.decoded(done)
@@ -188,18 +196,19 @@ def quiet_steps(now: float, seconds: list, i: int, limit: int, horizon: float) -
     return starts, t
 
 
-def mixed_run(replica):
+def mixed_run(replica, mixed):
     """Steps of chunked prefill back to back, each its running decodes (run lazily by the
     decode group) plus the chunks the policy plans for what they leave of the budget
-    (``schedule_chunks``); returns how many it ran (0: leave the step to the normal path).
+    (``schedule_chunks``), as the policy's ``mixed`` run (a ``"mixed"`` :class:`SteadyRun`)
+    describes them; returns how many it ran (0: leave the step to the normal path).
 
     It stops where the engine loop would do something else before the next step: a
     controller is due, the transfer inbox has work, the policy promises a steady decode run
     (``DecodeGroup.run`` takes it), or the next step's decodes cannot all run as the decode
     group runs them (one does not decode, they do not fit the budget, blocks run short: the
     normal path decides whom to preempt). Between two steps it asks exactly what the loop
-    asks, in the same order, so the steps are the step-by-step engine's; what it saves is
-    the loop's round trip and the per-step sub-process.
+    asks (``steady_run`` last), in the same order, so the steps are the step-by-step
+    engine's; what it saves is the loop's round trip and the per-step sub-process.
     """
     env, policy, log, group = replica.env, replica.policy, replica.log, replica.group
     mixed_cost = fast_price(replica.backend, "mixed_cost")
@@ -209,6 +218,7 @@ def mixed_run(replica):
     kv, budget, streams, index = policy.kv, policy.params.budget, replica.streams, replica.index
     append_step, timeout, apply_chunks = log.append_step, env.timeout, replica.apply_chunks
     schedule_chunks, on_step_done, inbox = policy.schedule_chunks, policy.on_step_done, replica.inbox
+    steady_run = policy.steady_run
     join_decoding = group.join_decoding
     done = 0
     while group.adopt_decoding(policy.running, len(policy.prefilling), replica.prev_decode):
@@ -219,7 +229,7 @@ def mixed_run(replica):
         if n == 0 or n > budget or need > kv.num_free:
             break
         if need:
-            kv.take(need)
+            kv.allocate(group, need)  # the group holds them until it settles its members
         start, context = env.now, group.context()
         chunks = schedule_chunks(budget - n, members)
         waiting, stop = policy.num_waiting, policy.stop_reason
@@ -254,7 +264,11 @@ def mixed_run(replica):
             join_decoding((seq,), step)
         done += 1
         # What Replica.run asks before its next step, in its order.
-        if end >= replica.control_at or (inbox is not None and inbox.ready(replica)) or policy.steady_decode():
+        if end >= replica.control_at or (inbox is not None and inbox.ready(replica)):
+            break
+        run = steady_run()
+        if run is not mixed:  # a steady decode run (DecodeGroup.run takes it), or none
+            replica.answer, replica.answered = run, True  # the loop's fast_steps reads this answer
             break
     return done
 
