@@ -31,7 +31,7 @@ the run's first batch (``Batch Id`` 0, the 256-token prefill at 121 ms, twice
 its neighbours: warm-up) and prefills whose roofline attention is over 10 % of
 the step (8192 and 16384 tokens: Sarathi's single long prefills run their
 attention far slower than its chunks do, figure 9, which no engine term stands
-for). Table 2 and figure 9 are held out (``benchmarks/bench_chunking.py``).
+for). Table 2 and figure 9 are held out (``benchmarks/bench_fidelity.py sarathi``).
 
     python calibration/fit_sarathi_engine.py [--measured DIR]
 """

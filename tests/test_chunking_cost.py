@@ -84,7 +84,7 @@ def test_vidur_fit_reproduces_shipped_values():
 
 @pytest.mark.skipif(not SARATHI.is_dir(), reason="shared/measured/sarathi-serve-a100 is absent")
 def test_benchmark_targets_on_sarathi():
-    bench = load_script(REPO / "benchmarks" / "bench_chunking.py", "bench_chunking")
+    bench = load_script(REPO / "benchmarks" / "bench_fidelity.py", "bench_fidelity")
     cm = bench.cost_model()
     f9, t2 = bench.figure9(SARATHI, cm), bench.table2(SARATHI, cm)
     met = bench.targets(f9, t2)

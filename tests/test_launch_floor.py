@@ -28,7 +28,7 @@ def fit():
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_script(REPO / "benchmarks" / "bench_chunking.py", "bench_chunking")
+    return load_script(REPO / "benchmarks" / "bench_fidelity.py", "bench_fidelity")
 
 
 DECODE = StepPlan([1, 2, 3, 4], [1] * 4, [1024] * 4, None, 4)

@@ -112,7 +112,7 @@ PRESETS: dict[str, dict] = {
     # forward, which the GPU waits out when its kernels are shorter (decode) and hides behind
     # them otherwise (prefill chunks); step_s / per_seq_s: the CPU work serial with the GPU.
     # Fitted by calibration/fit_sarathi_engine.py on figure 2 (Yi-34B TP2, A100-80GB PCIe, the
-    # roofline at its defaults); table 2 and figure 9 held out (benchmarks/bench_chunking.py).
+    # roofline at its defaults); table 2 and figure 9 held out (benchmarks/bench_fidelity.py sarathi).
     # The memory rule is not modelled (none of its runs records a block count).
     "sarathi-serve": {"launch_s": 4.17e-2, "step_s": 6.36e-3, "per_seq_s": 1.19e-3},
 }
