@@ -1,8 +1,9 @@
 """Build a scenario's ``workload:`` section into a :class:`Workload`.
 
-Exactly one source (``trace``, ``synthetic`` or inline ``requests``), then the
-options in a fixed order: ``window`` -> ``num_requests`` -> ``rate_scale`` ->
-``max_total_tokens``. Windowing first means ``num_requests`` counts requests
+Exactly one source (``trace``, ``synthetic`` or inline ``requests``), the arrivals of a
+``rate_curve`` where one is given (:mod:`simbatch.workload.rate_curve`: traffic that rises
+and falls over a day), then the options in a fixed order: ``window`` -> ``num_requests`` ->
+``rate_scale`` (with a rate curve: the curve's rates times it) -> ``max_total_tokens``. Windowing first means ``num_requests`` counts requests
 inside the window, and scaling after cutting keeps ``window`` in the trace's own
 (recorded) seconds, which is how people talk about "minutes 10-20 of the trace".
 """
@@ -16,14 +17,26 @@ import numpy as np
 import simbatch.workload.transforms as transforms
 from simbatch.core.horizon import MAX_TIME_S  # simulated time's horizon (1e9 s)
 from simbatch.errors import SimbatchError
+from simbatch.workload.rate_curve import (
+    RateCurve,
+    parse_rate_curve,
+    poisson_arrivals,
+    warp_arrivals,
+)
 from simbatch.workload.readers import check_trace_format, read_trace
 from simbatch.workload.request import Request, Workload
-from simbatch.workload.synthetic import (check_keys, check_number, number, require_mapping, sample_arrivals,
-                                         synthetic_workload)
+from simbatch.workload.synthetic import (
+    check_keys,
+    check_number,
+    number,
+    require_mapping,
+    sample_arrivals,
+    synthetic_workload,
+)
 from simbatch.workload.tracepath import trace_path
 
 SOURCES = ("trace", "synthetic", "requests")
-OPTIONS = ("window", "num_requests", "rate_scale", "max_total_tokens")
+OPTIONS = ("rate_curve", "window", "num_requests", "rate_scale", "max_total_tokens")
 TRACE_KEYS = ("format", "columns", "arrival")
 WORKLOAD_KEYS = (*SOURCES, *TRACE_KEYS, *OPTIONS)
 REQUEST_KEYS = ("prompt", "output", "arrival_s", "priority", "session_id", "hash_ids")
@@ -47,13 +60,64 @@ def build_workload(spec: dict, *, base_dir: Path, seed: int, where: str) -> Work
                 raise SimbatchError(f"{where}.{key}", "only allowed with 'trace'")
     rng = np.random.default_rng(seed)
     base_dir = Path(base_dir)
+    curve = _rate_curve(spec, base_dir, where)
+    if curve is not None and "arrival" in spec:
+        raise SimbatchError(f"{where}.arrival", "not with rate_curve, which gives the arrivals")
     if "trace" in spec:
-        w = _from_trace(spec, rng, base_dir, where)
+        w = _from_trace(spec, rng, base_dir, where, need_arrivals=curve is None or curve.arrivals == "warp")
     elif "synthetic" in spec:
+        if curve is not None:
+            arrivals = _curve_arrivals(curve, rng, f"{where}.rate_curve")
+            w = synthetic_workload(spec["synthetic"], rng, f"{where}.synthetic", base_dir, arrival_s=arrivals)
+            w.notes.append(_curve_note(curve, len(w)))
+            return check_time_span(_apply_options(w, spec, where), where)
         w = synthetic_workload(spec["synthetic"], rng, f"{where}.synthetic", base_dir)
     else:
         w = _from_requests(spec["requests"], f"{where}.requests")
+    if curve is not None:
+        w = _follow_curve(w, curve, rng, where)
     return check_time_span(_apply_options(w, spec, where), where)
+
+
+def _rate_curve(spec: dict, base_dir: Path, where: str) -> RateCurve | None:
+    """The section's rate curve (its rates times ``rate_scale``), or None."""
+    if "rate_curve" not in spec:
+        return None
+    curve = parse_rate_curve(spec["rate_curve"], base_dir, f"{where}.rate_curve")
+    if "rate_scale" in spec:
+        curve = curve.scaled(number(spec, "rate_scale", where, positive=True))
+    if curve.arrivals == "warp" and "synthetic" in spec:
+        raise SimbatchError(f"{where}.rate_curve.arrivals", "warp time-warps a trace's own arrivals; a "
+                                                            "synthetic source has none (use poisson)")
+    return curve
+
+
+def _curve_arrivals(curve: RateCurve, rng: np.random.Generator, where: str) -> np.ndarray:
+    arrivals = poisson_arrivals(curve, rng, where)
+    if not len(arrivals):
+        raise SimbatchError(where, f"the curve expects {curve.expected:.3g} requests and drew none")
+    return arrivals
+
+
+def _follow_curve(w: Workload, curve: RateCurve, rng: np.random.Generator, where: str) -> Workload:
+    """A trace's (or inline list's) rows at the curve's arrivals (module docstring)."""
+    if curve.arrivals == "warp":
+        times, rows = warp_arrivals(curve, w.arrival_s)
+    else:
+        times = _curve_arrivals(curve, rng, f"{where}.rate_curve")
+        rows = np.arange(len(times)) % len(w)
+    out = transforms.take(w, rows)
+    out.arrival_s = times
+    out.notes.append(_curve_note(curve, len(out)))
+    if len(out) > len(w):
+        out.notes.append(f"rate curve: the trace's {len(w):,} rows reused in file order for "
+                         f"{len(out):,} arrivals ({len(out) / len(w):.2f} times each)")
+    return out
+
+
+def _curve_note(curve: RateCurve, n: int) -> str:
+    return (f"rate curve: {curve.label} ({curve.arrivals} arrivals): {n:,} requests over "
+            f"{curve.duration_s:,.0f} s, expected {curve.expected:,.0f}, peak {float(curve.rates.max()):.3g} req/s")
 
 
 def check_time_span(w: Workload, where: str) -> Workload:
@@ -65,7 +129,8 @@ def check_time_span(w: Workload, where: str) -> Workload:
     return w
 
 
-def _from_trace(spec: dict, rng: np.random.Generator, base_dir: Path, where: str) -> Workload:
+def _from_trace(spec: dict, rng: np.random.Generator, base_dir: Path, where: str,
+                need_arrivals: bool = True) -> Workload:
     trace = spec["trace"]
     if not isinstance(trace, str) or not trace:
         raise SimbatchError(f"{where}.trace", f"expected a file path, got {trace!r}")
@@ -78,7 +143,7 @@ def _from_trace(spec: dict, rng: np.random.Generator, base_dir: Path, where: str
         w.arrival_s = sample_arrivals(spec["arrival"], len(w), rng, f"{where}.arrival")
         if has_arrivals:
             w.notes.append(f"{trace}: recorded arrivals replaced by a {spec['arrival']['kind']} process")
-    elif not has_arrivals:
+    elif not has_arrivals and need_arrivals:
         raise SimbatchError(f"{where}.arrival", f"required: {trace} has no arrival times; "
                                                 "give a process such as {kind: poisson, rate: 5}")
     return w
@@ -121,7 +186,7 @@ def _apply_options(w: Workload, spec: dict, where: str) -> Workload:
     if "num_requests" in spec:
         n = number(spec, "num_requests", where, integer=True, minimum=1)
         w = transforms.first_n(w, n, f"{where}.num_requests")
-    if "rate_scale" in spec:
+    if "rate_scale" in spec and "rate_curve" not in spec:  # a curve took it as a factor on its rates
         w = transforms.scale_rate(w, number(spec, "rate_scale", where, positive=True))
     if "max_total_tokens" in spec:
         m = number(spec, "max_total_tokens", where, integer=True, minimum=2)

@@ -227,15 +227,24 @@ def _trace_column(spec: dict, where: str, base_dir: Path) -> np.ndarray:
 
 
 def synthetic_workload(spec: dict, rng: np.random.Generator, where: str,
-                       base_dir: Path | str = ".") -> Workload:
-    """A workload from ``{num_requests, arrival: {...}, prompt: {...}, output: {...}}``."""
+                       base_dir: Path | str = ".", arrival_s: np.ndarray | None = None) -> Workload:
+    """A workload from ``{num_requests, arrival: {...}, prompt: {...}, output: {...}}``; with
+    ``arrival_s`` (a rate curve's arrivals), from ``{prompt, output}`` at those times."""
     check_keys(require_mapping(spec, where), SYNTHETIC_KEYS, where)
-    n = number(spec, "num_requests", where, integer=True, minimum=1)
-    check_fits_in_memory(n, f"{where}.num_requests")
-    for key in ("arrival", "prompt", "output"):
+    if arrival_s is not None:
+        for key in ("num_requests", "arrival"):
+            if key in spec:
+                raise SimbatchError(f"{where}.{key}", "not with workload.rate_curve, which gives the arrivals")
+    else:
+        n = number(spec, "num_requests", where, integer=True, minimum=1)
+        check_fits_in_memory(n, f"{where}.num_requests")
+    for key in ("prompt", "output") if arrival_s is not None else ("arrival", "prompt", "output"):
         if key not in spec:
             raise SimbatchError(f"{where}.{key}", "missing: a {kind: ...} spec is required")
-    arrival = sample_arrivals(spec["arrival"], n, rng, f"{where}.arrival")
+    if arrival_s is None:
+        arrival = sample_arrivals(spec["arrival"], n, rng, f"{where}.arrival")
+    else:
+        arrival, n = arrival_s, len(arrival_s)
     prompt = sample_lengths(spec["prompt"], n, rng, f"{where}.prompt", base_dir)
     output = sample_lengths(spec["output"], n, rng, f"{where}.output", base_dir)
     return Workload(arrival, prompt, output, source="synthetic")
