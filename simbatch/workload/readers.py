@@ -29,13 +29,16 @@ from simbatch.files.textfile import read_text
 from simbatch.workload.request import Workload
 from simbatch.workload.transforms import take
 
-FORMATS = ("azure", "mooncake", "lengths", "generic")
+FORMATS = ("azure", "mooncake", "lengths", "burstgpt", "generic")
 TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6}  # units per second (divide, so ms stay exact)
 GENERIC_KEYS = ("arrival", "prompt", "output", "time_unit", "hash_ids", "session_id", "priority")
 _AZURE = {"arrival": "TIMESTAMP", "prompt": "ContextTokens", "output": "GeneratedTokens"}
 _MOONCAKE = {"arrival": "timestamp", "prompt": "input_length", "output": "output_length",
              "hash_ids": "hash_ids", "time_unit": "ms"}
 _LENGTHS = {"prompt": "num_prefill_tokens", "output": "num_decode_tokens"}
+# BurstGPT (github.com/HPMLL/BurstGPT, data/BurstGPT_*.csv): Timestamp (s from the trace's
+# start), Model, Request tokens, Response tokens, Total tokens, Log Type.
+_BURSTGPT = {"arrival": "Timestamp", "prompt": "Request tokens", "output": "Response tokens"}
 _MISSING = object()  # a JSONL key absent from one line (told apart from an explicit null)
 
 
@@ -74,6 +77,32 @@ def read_azure(path: str | Path) -> Workload:
 def read_mooncake(path: str | Path) -> Workload:
     """Read a Mooncake JSONL trace (ms ``timestamp``, lengths, 512-token ``hash_ids``)."""
     return _read(path, _MOONCAKE, "mooncake", _text(path))
+
+
+def read_burstgpt(path: str | Path) -> Workload:
+    """Read a BurstGPT CSV (``Timestamp,Model,Request tokens,Response tokens,Total tokens,Log
+    Type``; the Azure 2024 week-long traces share the 2023 layout: :func:`read_azure`).
+
+    Its README says failed requests are the rows whose ``Response tokens`` is 0 (the
+    ``BurstGPT_without_fails_*.csv`` files leave them out): such rows, and any with no
+    request token, computed nothing, so they are dropped with a note saying how many."""
+    text = _text(path)
+    t = _load(path, text)
+    if len(t.lines) == 0:
+        raise SimbatchError(str(path), "empty trace: no requests")
+    prompt = _ints(t, _BURSTGPT["prompt"], minimum=0)
+    output = _ints(t, _BURSTGPT["output"], minimum=0)
+    keep = (prompt > 0) & (output > 0)
+    if not keep.any():
+        raise SimbatchError(str(path), "every row is a failed request (0 request or response tokens)")
+    arrival = _arrivals(t, _BURSTGPT["arrival"], 1.0)
+    w = Workload(arrival, prompt, output, source=f"burstgpt:{Path(path).name}")
+    dropped = int(len(keep) - keep.sum())
+    if dropped:
+        w = take(w, np.flatnonzero(keep))
+        w.notes.append(f"{Path(path).name}: {dropped:,} failed request(s) dropped (0 request or response "
+                       f"tokens, as BurstGPT marks failures)")
+    return _sorted_from_zero(w, str(path))
 
 
 def read_lengths(path: str | Path) -> Workload:
@@ -137,6 +166,8 @@ def read_trace(path: str | Path, fmt: str | None = None, columns: dict | None = 
         return _read(path, columns, "generic", text)
     if columns is not None:
         raise SimbatchError(f"{where}.columns", f"only allowed with format: generic (this is {fmt})")
+    if fmt == "burstgpt":
+        return read_burstgpt(path)
     roles = _lengths_roles(text) if fmt == "lengths" else {"azure": _AZURE, "mooncake": _MOONCAKE}[fmt]
     return _read(path, roles, fmt, text)
 
@@ -163,6 +194,8 @@ def _detect(p: Path, text: str) -> str:
     header = _header(text)
     if set(_AZURE.values()) <= header:
         return "azure"
+    if set(_BURSTGPT.values()) <= header:
+        return "burstgpt"
     return "lengths" if set(_LENGTHS.values()) <= header else "generic"
 
 
