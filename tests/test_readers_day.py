@@ -48,8 +48,8 @@ def test_burstgpt_drops_its_failed_requests_with_a_note(tmp_path):
     w = read_burstgpt(path)
     assert list(w.prompt_tokens) == [472, 417, 1360] and list(w.output_tokens) == [18, 86, 273]
     assert list(w.arrival_s) == [0.0, 113.0, 205.0]  # from the first kept request
-    assert w.notes == ["BurstGPT_1.csv: 2 failed request(s) dropped (0 request or response tokens, "
-                       "as BurstGPT marks failures)"]
+    assert w.notes == [("BurstGPT_1.csv: 2 failed request(s) dropped (0 request or response tokens, "
+                        "as BurstGPT marks failures)")]
 
 
 def test_a_burstgpt_scenario_warped_onto_a_day(tmp_path):

@@ -2,8 +2,14 @@
 
 from simbatch.workload.build import build_workload, describe_workload
 from simbatch.workload.fit import fit_synthetic
-from simbatch.workload.readers import (detect_format, read_azure, read_burstgpt, read_generic, read_lengths,
-                                      read_mooncake)
+from simbatch.workload.readers import (
+                                      detect_format,
+                                      read_azure,
+                                      read_burstgpt,
+                                      read_generic,
+                                      read_lengths,
+                                      read_mooncake,
+)
 from simbatch.workload.request import Request, Workload
 
 __all__ = [
