@@ -17,6 +17,8 @@ SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
 def small(path: Path) -> list[str]:
     """Overrides that shrink a scenario to a quick run."""
     workload = yaml.safe_load(path.read_text())["workload"]
+    if "rate_curve" in workload:  # the curve decides the count: cut its first requests
+        return ["workload.num_requests=150"]
     if "synthetic" in workload:
         return ["workload.synthetic.num_requests=150"]
     if "trace" in workload:
