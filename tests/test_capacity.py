@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from capacitykit import TINY_SCENARIO
 
 from simbatch.capacity import (
     Candidate,
@@ -317,15 +318,7 @@ def test_a_layout_the_scenario_cannot_run_is_skipped_with_why_not_fatal():
 
 # --- the command line -------------------------------------------------------------------------
 
-SCENARIO = """\
-name: tiny
-workload:
-  synthetic: {num_requests: 40, arrival: {kind: poisson, rate: 2},
-              prompt: {kind: constant, value: 512}, output: {kind: constant, value: 64}}
-model: llama-2-7b
-hardware: a100-80gb
-policy: {kind: continuous}
-"""
+SCENARIO = TINY_SCENARIO
 
 
 def capacity_splits_cli(tmp_path, splits: str):

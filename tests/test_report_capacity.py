@@ -5,20 +5,13 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from capacitykit import TINY_SCENARIO
 
 from simbatch.cli import main
 from simbatch.report.capacity_section import configuration
 from simbatch.report.table import fmt_num
 
-SCENARIO = """\
-name: tiny
-workload:
-  synthetic: {num_requests: 40, arrival: {kind: poisson, rate: 2},
-              prompt: {kind: constant, value: 512}, output: {kind: constant, value: 64}}
-model: llama-2-7b
-hardware: a100-80gb
-policy: {kind: continuous}
-"""
+SCENARIO = TINY_SCENARIO
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,16 @@ import math
 
 import pandas as pd
 
-from simbatch.report.figures_common import MARKERS, log_if_wide, new_figure, policy_style
+from simbatch.report.figures_common import (
+    MARKERS,
+    log_if_wide,
+    new_figure,
+    policy_style,
+)
 from simbatch.report.table import fmt_int, fmt_ms, fmt_num, fmt_pct
 
-# (header, capacity.csv column, format): the terminal table's columns (simbatch.capacity.report).
+# (header, capacity.csv column, format): the columns of capacity's terminal table
+# (simbatch.capacity.report reads them from here) and of the report's capacity table.
 CAPACITY_VIEW = (
     ("max req/s", "max_rate", fmt_num), ("req/s/GPU", "max_rate_per_gpu", fmt_num),
     ("fails at req/s", "fail_rate", fmt_num), ("$/h", "usd_per_hour", fmt_num),
