@@ -104,7 +104,7 @@ def test_round_robin_gives_turns_to_routed_requests_only():
     import simbatch.engine.simulation as simulation
 
     original = simulation.dispatch
-    simulation.dispatch = (lambda env, w, reps, seqs, log, router, request_s=0.0, window=None:  # no front end here
+    simulation.dispatch = (lambda env, w, reps, seqs, log, router, request_s=0.0, window=None, fleet=None:  # no front end here
                            reference_round_robin(env, w, reps, seqs, log))
     try:
         old = simulate(sc)

@@ -22,7 +22,7 @@ from simbatch.capacity.plan import (
     Sizing,
     find_capacity,
 )
-from simbatch.capacity.prices import GPU_HOUR_USD, price_table
+from simbatch.catalog.prices import GPU_HOUR_USD, price_table
 from simbatch.capacity.report import (
     capacity_table,
     explain_boundary,

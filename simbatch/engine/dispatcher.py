@@ -50,13 +50,14 @@ def rejection_note(rejected: int, replicas: list, limits: list[float]) -> str:
 
 
 def dispatch(env: simpy.Environment, workload: Workload, replicas: list, seqs: list, log: EventLog,
-             router: Router | None = None, request_s: float = 0.0, window: int | None = None):
+             router: Router | None = None, request_s: float = 0.0, window: int | None = None, fleet=None):
     """SimPy process: one event per arrival. A request longer than the model's context
     ``window`` (prompt + output) is refused first, whatever the policy (vLLM refuses a request
     past ``max_model_len``); then the router picks among the replicas whose policy can serve
     it, and a request none can serve is rejected. A request reaches the scheduler ``request_s``
     after the client sent it (the serving engine's front end, :mod:`simbatch.catalog.servers`);
-    its latencies still count from the send."""
+    its latencies still count from the send. With an autoscaled ``fleet``
+    (:mod:`simbatch.engine.autoscale`) the router sees only the replicas ready at the time."""
     router = router or RoundRobinRouter(replicas)
     arrival = workload.arrival_s.tolist()
     prompt = workload.prompt_tokens.tolist()
@@ -78,12 +79,18 @@ def dispatch(env: simpy.Environment, workload: Workload, replicas: list, seqs: l
         if total > widest:
             refused += 1
             continue
-        candidates = replicas
+        candidates = replicas if fleet is None else fleet.ready
         if total > floor:
             if total > ceiling:
                 rejected += 1
                 continue
-            candidates = [r for r, lim in zip(replicas, limits) if total <= lim]
+            if fleet is None:
+                candidates = [r for r, lim in zip(replicas, limits) if total <= lim]
+            else:  # a colocated fleet: replica i is replicas[i]
+                candidates = [r for r in candidates if total <= limits[r.index]]
+            if not candidates:  # only a replica that is not ready could serve it
+                rejected += 1
+                continue
         seq = Sequence(i, t, p, o, priority[i], labels[i] if labels else None)
         seqs[i] = seq
         replica = pick(seq, candidates, env.now)

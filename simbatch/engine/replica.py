@@ -34,6 +34,9 @@ class Replica:
     # has just asked it (answered: True; fast_steps then reads it instead of asking again).
     answered = False
     answer = None
+    # Called with the replica when its loop runs out of work and is about to sleep (an
+    # autoscaled fleet turns a draining replica off then: simbatch.engine.autoscale). None: nothing.
+    on_idle = None
 
     def __init__(self, env: simpy.Environment, index: int, policy: Policy,
                  backend: CostModel, log: EventLog, seqs: list[Sequence | None],
@@ -98,6 +101,8 @@ class Replica:
             start = env.now
             plan = policy.schedule(start)
             if plan is None:
+                if self.on_idle is not None:
+                    self.on_idle(self)
                 yield from self.idle(policy.wake_at())
                 continue
             num_waiting, stop = policy.num_waiting, policy.stop_reason

@@ -93,6 +93,7 @@ class RunResult:
     policy_params: object
     groups: list[ReplicaGroupSetup] = field(default_factory=list)
     disaggregation: dict | None = None  # the pools and link of a disaggregated run (else None)
+    fleet: object | None = None  # an autoscaled cluster's Fleet (simbatch.engine.autoscale), else None
 
     @property
     def group_of_replica(self) -> list[ReplicaGroupSetup]:

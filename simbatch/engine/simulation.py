@@ -12,6 +12,7 @@ from simbatch.control import attach_controller
 from simbatch.core.eventlog import EventLog
 from simbatch.core.prefix_cache import build_kv_cache
 from simbatch.core.sequence import Sequence
+from simbatch.engine.autoscale import Fleet, autoscaler
 from simbatch.engine.disaggregation.build import simulate_disaggregated
 from simbatch.engine.dispatcher import dispatch
 from simbatch.engine.replica import Replica
@@ -26,6 +27,7 @@ from simbatch.engine.setup import (
     group_field,
     speculative_backend,
 )
+from simbatch.errors import SimbatchError
 from simbatch.policies.iteration import IterationPolicy
 from simbatch.policies.routers import ROUTER_CLASSES
 from simbatch.scenario.spec import Scenario
@@ -82,6 +84,8 @@ def simulate(scenario: Scenario, fast_forward: bool = True) -> RunResult:
     the fast path is tested against; results are identical).
     """
     if scenario.is_disaggregated:
+        if scenario.cluster.autoscale is not None:
+            raise SimbatchError(scenario.where("cluster.autoscale"), "disaggregated pools cannot autoscale yet")
         return simulate_disaggregated(scenario, fast_forward)
     return run_cluster(scenario, fast_forward=fast_forward)[0]
 
@@ -117,7 +121,12 @@ def run_cluster(scenario: Scenario, *, workload: Workload | None = None, env: si
     env = env if env is not None else simpy.Environment()
     seqs: list[Sequence | None] = [None] * len(workload)
     replicas, router = build_replicas(env, scenario, groups, log, seqs, fast_forward, model.max_context, on_free)
-    env.process(dispatch(env, workload, replicas, seqs, log, router, scenario.engine.request_s, model.max_context))
+    scale = scenario.cluster.autoscale
+    fleet = None if scale is None else Fleet(env, replicas, scale, scale.provisioning_s(model.weight_bytes))
+    arrivals = env.process(dispatch(env, workload, replicas, seqs, log, router, scenario.engine.request_s,
+                                    model.max_context, fleet))
+    if fleet is not None:
+        env.process(autoscaler(env, fleet, arrivals))
     if before_run is not None:
         before_run()
     env.run()
@@ -125,4 +134,5 @@ def run_cluster(scenario: Scenario, *, workload: Workload | None = None, env: si
     if replicas and replicas[0].speculation is not None:
         log.speculation = replicas[0].speculation.stats()
     first = groups[0]
-    return RunResult(scenario, workload, log, model, first.gpu, first.backend, scenario.policy.params, groups), replicas
+    return RunResult(scenario, workload, log, model, first.gpu, first.backend, scenario.policy.params, groups,
+                     fleet=fleet), replicas

@@ -14,6 +14,7 @@ from simbatch.errors import SimbatchError
 from simbatch.metrics import replica_summaries, request_columns, step_columns, summarize
 from simbatch.metrics.columns import Columns, names, to_frame
 from simbatch.metrics.disaggregation import disaggregation_summary
+from simbatch.metrics.fleet import fleet_summary, replicas_table
 from simbatch.metrics.requests import token_runs
 from simbatch.scenario.quantization import describe as quantization_formats
 from simbatch.scenario.spec import Scenario
@@ -95,6 +96,11 @@ class RunOutput:
                        if k in ("ttft_ms", "tpot_ms")}
             extra = {"control.csv": lambda p: control.to_csv(p, index=False),
                      "control.png": lambda p: plot_control(control, p, targets)}
+        if self.result.fleet is not None:
+            from simbatch.report.csv_table import write_csv
+
+            timeline = replicas_table(self.result.fleet)
+            extra["replicas.csv"] = lambda p: write_csv(p, timeline)
         return write_run(Path(out_dir), self.summary, self.request_columns, self.step_columns, self.messages,
                          extra, format)
 
@@ -203,4 +209,9 @@ def run_output(result: RunResult) -> RunOutput:
     if result.disaggregation is not None:
         summary["disaggregation"] = disaggregation_summary(requests, steps, summary["duration_s"],
                                                            result.disaggregation)
+    if result.fleet is not None:
+        arrivals = result.workload.arrival_s
+        end = (float(arrivals.min()) if len(arrivals) else 0.0) + summary["duration_s"]  # the fleet runs from t = 0
+        summary["autoscale"] = fleet_summary(result.fleet, requests, end, tp, result.gpu.name,
+                                             scenario.slo.as_dict())
     return RunOutput(result, summary, requests, steps)

@@ -13,6 +13,7 @@ from simbatch.core.params import MAX_MICRO_BATCHES, MAX_REPLICAS, parse_params, 
 from simbatch.costmodel.pipeline import SCHEDULES
 from simbatch.errors import SimbatchError
 from simbatch.policies.routers import ROUTERS
+from simbatch.scenario.autoscale import AutoscaleParams
 from simbatch.scenario.dotted import set_dotted  # noqa: F401  (re-exported: --set, sweep grids)
 
 if TYPE_CHECKING:
@@ -88,6 +89,10 @@ class ClusterParams:
     # experts placed, and the hottest copied into redundant slots, to even the GPUs' loads.
     eplb: bool = False
     redundant_experts: int = 0
+    # A fleet that grows and shrinks with its load (simbatch.scenario.autoscale): then
+    # ``replicas`` is its largest size (every replica is built) and ``autoscale.initial``
+    # how many are ready at t = 0. None: a fixed fleet.
+    autoscale: AutoscaleParams | None = None
 
     def __post_init__(self):
         # Sizes bounded where simbatch.core.params says why (replicas built up front; micro-batches
@@ -132,7 +137,10 @@ def parse_cluster(values, where: str) -> ClusterParams:
         raise SimbatchError(f"{where}.groups", "unknown field; allowed: replicas, tensor_parallel, router, routers, "
                                                "pipeline_parallel, micro_batches, pipeline_schedule, pipeline_link, "
                                                "expert_parallel, expert_dispatch, data_parallel_attention, eplb, "
-                                               "redundant_experts")
+                                               "redundant_experts, autoscale")
+    if values.get("autoscale") is not None:
+        return _autoscaled(values, where)
+    values.pop("autoscale", None)
     spec = values.get("replicas")
     if not isinstance(spec, list):
         return parse_params(ClusterParams, values, where)
@@ -146,6 +154,24 @@ def parse_cluster(values, where: str) -> ClusterParams:
         groups.append(parse_params(ReplicaGroup, item, f"{where}.replicas[{i}]"))
     cluster = parse_params(ClusterParams, {**values, "replicas": 1}, where)
     return replace(cluster, replicas=sum(g.count for g in groups), groups=tuple(groups))
+
+
+def _autoscaled(values: dict, where: str) -> ClusterParams:
+    """A cluster with ``autoscale``: one group of ``autoscale.max`` replicas, of which
+    ``replicas`` (default ``autoscale.min``) are ready at t = 0."""
+    scale = parse_params(AutoscaleParams, values.pop("autoscale"), f"{where}.autoscale")
+    if isinstance(values.get("replicas"), list):
+        raise SimbatchError(f"{where}.replicas", "a list of replica groups cannot autoscale yet: give a count "
+                                                 "(the replicas ready at t = 0)")
+    if values.get("data_parallel_attention"):
+        raise SimbatchError(f"{where}.autoscale", "not with data_parallel_attention, whose ranks are fixed")
+    initial = values.get("replicas", scale.min)
+    cluster = parse_params(ClusterParams, values, where)  # checks replicas like any count
+    if not scale.min <= initial <= scale.max:
+        raise SimbatchError(f"{where}.replicas", f"{initial} replicas ready at t = 0 is outside autoscale's "
+                                                 f"min {scale.min} and max {scale.max}")
+    return replace(cluster, replicas=scale.max, groups=(ReplicaGroup(scale.max),),
+                   autoscale=replace(scale, initial=initial))
 
 
 def expert_layout(model: ModelSpec, cluster: ClusterParams, disaggregation, source: str) -> ExpertLayout:
