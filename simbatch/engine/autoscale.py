@@ -107,8 +107,7 @@ class Fleet:
         yield self.env.timeout(self.provisioning_s)
         if self.state[i] == STARTING:  # not cancelled meanwhile
             self.state[i] = READY
-            self.ready = [r for r in self.replicas if self.state[r.index] == READY]
-            self.record()
+            self._refresh_ready()
 
     def stop(self, k: int) -> None:
         """Take ``k`` replicas out: starting ones first, then drain the newest ready."""
@@ -121,6 +120,10 @@ class Fleet:
             self.state[replica.index], k = DRAINING, k - 1
             if self.idle(replica):
                 self.state[replica.index] = OFF
+        self._refresh_ready()
+
+    def _refresh_ready(self) -> None:
+        """The router's candidates after a change of states, and the timeline's row."""
         self.ready = [r for r in self.replicas if self.state[r.index] == READY]
         self.record()
 
@@ -138,14 +141,6 @@ class Fleet:
     def all_idle(self) -> bool:
         """No replica holds a request."""
         return all(map(self.idle, self.replicas))
-
-    def gpu_seconds(self, end: float, gpus_per_replica: int) -> float:
-        """GPU time paid for up to ``end``: every replica not off (ready, starting or draining)."""
-        rows = self.changes
-        total = 0.0
-        for (t, ready, starting, draining), nxt in zip(rows, [*rows[1:], (end,)]):
-            total += (ready + starting + draining) * max(0.0, min(nxt[0], end) - t)
-        return total * gpus_per_replica
 
 
 def autoscaler(env, fleet: Fleet, arrivals):

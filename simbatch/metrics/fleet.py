@@ -30,19 +30,30 @@ def replicas_table(fleet) -> dict[str, np.ndarray]:
     return table
 
 
-def ready_mean(fleet, start: float, end: float) -> float:
-    """Mean ready replicas over ``[start, end)``."""
+def replica_seconds(fleet, start: float, end: float, count=lambda ready, starting, draining: ready) -> float:
+    """The timeline's ``count`` of replicas (by default the ready ones) integrated over
+    ``[start, end)``, in replica-seconds."""
     rows = fleet.changes
     total = 0.0
-    for (t, ready, _, _), nxt in zip(rows, [*rows[1:], (math.inf,)]):
-        total += ready * max(0.0, min(nxt[0], end) - max(t, start))
-    return total / (end - start) if end > start else float(rows[-1][1])
+    for (t, ready, starting, draining), nxt in zip(rows, [*rows[1:], (math.inf,)]):
+        total += count(ready, starting, draining) * max(0.0, min(nxt[0], end) - max(t, start))
+    return total
+
+
+def paid(ready: int, starting: int, draining: int) -> int:
+    """Replicas paid for: every one not off."""
+    return ready + starting + draining
+
+
+def ready_mean(fleet, start: float, end: float) -> float:
+    """Mean ready replicas over ``[start, end)``."""
+    return replica_seconds(fleet, start, end) / (end - start) if end > start else float(fleet.changes[-1][1])
 
 
 def fleet_summary(fleet, requests, duration_s: float, gpus_per_replica: int, hardware: str, slo: dict) -> dict:
     """The ``autoscale`` block of ``summary.json`` (module docstring)."""
     p = fleet.params
-    gpu_s = fleet.gpu_seconds(duration_s, gpus_per_replica)
+    gpu_s = replica_seconds(fleet, 0.0, duration_s, paid) * gpus_per_replica
     price = GPU_HOUR_USD.get(hardware)
     out = {
         "metric": p.metric, "target": p.target if p.metric != "schedule" else None,
